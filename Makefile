@@ -1,0 +1,46 @@
+# Two commands for a newcomer: `make demo` and `make test`. Everything else is set-up.
+SHELL := /bin/bash
+# The first Python 3.10 that really runs (a pyenv shim may exist without the version being selected).
+PYTHON310 ?= $(shell for p in $$(command -v python3.10) $$(ls -d $$(pyenv root 2>/dev/null)/versions/3.10.*/bin/python 2>/dev/null | sort -V -r) /usr/bin/python3.10; do \
+  "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 10)' 2>/dev/null && { echo "$$p"; break; }; done)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.libai_ext-installed
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test experiment benchmark clean-venv
+
+setup: $(STAMP)
+
+# The stamp depends on pyproject.toml only: a second `make setup` on a ready venv does nothing.
+$(STAMP): pyproject.toml
+	@if [ -z "$(PYTHON310)" ] || ! "$(PYTHON310)" -c 'import sys; assert sys.version_info[:2] == (3, 10)' 2>/dev/null; then \
+	  echo "make setup: Python 3.10 is required (oneflow 0.9.0 has no wheels for newer Pythons)." >&2; \
+	  echo "  Install it (e.g. 'pyenv install 3.10' or 'apt-get install python3.10 python3.10-venv')," >&2; \
+	  echo "  or point at one: make setup PYTHON310=/path/to/python3.10" >&2; \
+	  exit 1; fi
+	test -x $(PY) || "$(PYTHON310)" -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade "pip>=23"
+	# libai's setup.py imports pybind11 and numpy at build time, so they come first.
+	$(PY) -m pip install -q pybind11 wheel numpy==1.23.5
+	$(PY) -m pip install -q oneflow==0.9.0 numpy==1.23.5
+	$(PY) -m pip install -q --no-build-isolation libai==0.1.1 flowvision==0.1.0 numpy==1.23.5
+	# The `cpu` extra (cuDNN 8 / cuBLAS 11 wheels) only where the host lacks those libraries: oneflow finds
+	# the wheels through its RPATH, which would also win over a CUDA host's own libraries.
+	$(PY) -m pip install -q --no-build-isolation -e ".[dev$$(ldconfig -p | grep -q 'libcudnn.so.8 ' \
+	  && ldconfig -p | grep -q 'libcublas.so.11 ' || echo ',cpu')]"
+	$(PY) -c "import libai_ext, oneflow, libai; print('libai_ext environment ready: oneflow', oneflow.__version__)"
+	touch $(STAMP)
+
+# The main job: a 2-stage pipeline on 2 CPU ranks with ConsistentBatchTrainer (a few minutes).
+DEMO_ARGS ?=
+demo: setup
+	timeout 1800 $(PY) -m oneflow.distributed.launch --nproc_per_node 2 \
+	  tools/train_net.py --config-file configs/demo_pipeline_cpu.py $(DEMO_ARGS)
+	@$(PY) tools/print_run.py output/demo_pipeline_cpu
+
+test: setup
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+clean-venv:
+	rm -rf $(VENV)
