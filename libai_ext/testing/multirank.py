@@ -1,0 +1,183 @@
+"""Launch an N-rank job with ``oneflow.distributed.launch`` and never hang.
+
+Every rank runs behind ``rank_wrapper`` which sends its output to ``rank<R>.log``
+and records its exit code in ``rank<R>.exit``.  The harness polls those files: on
+the first non-zero exit, or when the timeout passes, it kills the whole process
+group (launcher and every rank) and reports the rank, its command and the tail of
+its log.  Ranks report structured results with ``write_rank_result``: one JSON
+line per call in ``rank<R>.jsonl``.
+
+This module imports nothing from oneflow: it only starts processes.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+RESULTS_DIR_ENV = "LIBAI_EXT_RESULTS_DIR"
+# Run as a script, not with -m: importing the package would load oneflow into every wrapper too.
+_RANK_WRAPPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank_wrapper.py")
+_TAIL_CHARS = 4000
+
+
+class MultiRankError(RuntimeError):
+    """A rank failed, or the job ran past its timeout.  ``result`` holds the logs."""
+
+    def __init__(self, message, result):
+        super().__init__(message)
+        self.result = result
+
+
+@dataclass
+class LaunchResult:
+    command: List[str]
+    nproc: int
+    workdir: str
+    returncodes: Dict[int, Optional[int]] = field(default_factory=dict)
+    timed_out: bool = False
+    wall_s: float = 0.0
+
+    def log(self, rank):
+        return _read(os.path.join(self.workdir, f"rank{rank}.log"))
+
+    def records(self, rank):
+        """The JSON records rank ``rank`` wrote with ``write_rank_result``."""
+        text = _read(os.path.join(self.workdir, f"rank{rank}.jsonl"))
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def record(self, rank, key=None):
+        """The last record of ``rank`` (or its value under ``key``)."""
+        recs = self.records(rank)
+        if not recs:
+            raise AssertionError(f"rank {rank} wrote no result; log tail:\n{self.log(rank)[-_TAIL_CHARS:]}")
+        return recs[-1] if key is None else recs[-1][key]
+
+    def failed_ranks(self):
+        return sorted(r for r, rc in self.returncodes.items() if rc not in (0, None))
+
+    def running_ranks(self):
+        return sorted(r for r, rc in self.returncodes.items() if rc is None)
+
+
+def write_rank_result(**values):
+    """Called inside a rank: append one JSON line to this rank's result file."""
+    results_dir = os.environ.get(RESULTS_DIR_ENV)
+    if not results_dir:
+        return
+    rank = int(os.environ.get("RANK", "0"))
+    with open(os.path.join(results_dir, f"rank{rank}.jsonl"), "a") as f:
+        f.write(json.dumps(values) + "\n")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _read(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def _kill_group(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _poll_exits(workdir, nproc):
+    codes = {}
+    for rank in range(nproc):
+        text = _read(os.path.join(workdir, f"rank{rank}.exit")).strip()
+        codes[rank] = int(text) if text else None
+    return codes
+
+
+def launch(script, nproc, args=(), timeout=300, env=None, workdir=None, check=True, python=None,
+           stop_on_failure=True):
+    """Run ``script`` on ``nproc`` CPU ranks; return a ``LaunchResult``.
+
+    With ``check`` (default), raise ``MultiRankError`` naming the failed rank, or
+    the command and the ranks still running on timeout.  With ``check=False`` the
+    caller inspects ``returncodes`` / ``timed_out`` (tests that expect a failure).
+    With ``stop_on_failure=False`` the job is only killed at the timeout, so a test can
+    see whether every rank exits by itself after one fails.
+    """
+    python = python or sys.executable
+    workdir = workdir or tempfile.mkdtemp(prefix="multirank-")
+    os.makedirs(workdir, exist_ok=True)
+    command = [
+        python, "-m", "oneflow.distributed.launch",
+        "--nproc_per_node", str(nproc), "--master_port", str(free_port()),
+        _RANK_WRAPPER, workdir, str(script), *map(str, args),
+    ]
+    run_env = dict(os.environ if env is None else env)
+    run_env[RESULTS_DIR_ENV] = workdir
+    # Oversubscribed CPU ranks crawl when each also spawns a thread per core.
+    run_env.setdefault("OMP_NUM_THREADS", "1")
+    result = LaunchResult(command=command, nproc=nproc, workdir=workdir)
+    launcher_log = open(os.path.join(workdir, "launcher.log"), "w")
+    start = time.monotonic()
+    proc = subprocess.Popen(command, env=run_env, stdout=launcher_log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        while True:
+            result.returncodes = _poll_exits(workdir, nproc)
+            launcher_rc = proc.poll()
+            if (stop_on_failure and result.failed_ranks()) or not result.running_ranks():
+                break
+            if launcher_rc is not None:
+                time.sleep(0.5)  # the launcher ended: give the last exit files a moment
+                result.returncodes = _poll_exits(workdir, nproc)
+                break
+            if time.monotonic() - start > timeout:
+                result.timed_out = True
+                break
+            time.sleep(0.2)
+    finally:
+        _kill_group(proc)
+        launcher_log.close()
+        result.wall_s = time.monotonic() - start
+    if launcher_rc is not None and launcher_rc != 0 and not result.failed_ranks():
+        # The launcher itself failed (e.g. before any rank started): blame every silent rank.
+        result.returncodes = {r: (rc if rc is not None else launcher_rc) for r, rc in result.returncodes.items()}
+    if check:
+        _raise_on_failure(result)
+    return result
+
+
+def _raise_on_failure(result):
+    cmd = " ".join(result.command)
+    if result.timed_out:
+        running = result.running_ranks()
+        raise MultiRankError(
+            f"timed out after {result.wall_s:.0f}s: {cmd}\nranks still running: {running}\n"
+            + _tails(result, running), result)
+    failed = result.failed_ranks()
+    if failed:
+        first = failed[0]
+        raise MultiRankError(
+            f"rank {first} failed with exit code {result.returncodes[first]} "
+            f"(failed ranks: {failed}): {cmd}\n" + _tails(result, [first]), result)
+
+
+def _tails(result, ranks):
+    parts = []
+    for rank in ranks[:4]:
+        parts.append(f"--- rank {rank} log tail ---\n{result.log(rank)[-_TAIL_CHARS:]}")
+    launcher = _read(os.path.join(result.workdir, "launcher.log"))
+    if launcher.strip():
+        parts.append(f"--- launcher log tail ---\n{launcher[-_TAIL_CHARS:]}")
+    return "\n".join(parts)
