@@ -1,0 +1,43 @@
+"""The ``train`` namespace that LiBai 0.1.1's DefaultTrainer reads (pip's libai ships no configs/)."""
+from omegaconf import DictConfig
+
+from libai.config import LazyCall
+from libai.evaluation import ClsEvaluator
+from libai.scheduler import WarmupCosineLR
+
+train = DictConfig(dict(
+    output_dir="./output",
+    # The trainer tools/train_net.py builds; "libai.engine.DefaultTrainer" reproduces stock LiBai.
+    trainer="libai_ext.ConsistentBatchTrainer",
+    # Seeded on every rank before the trainer is built (libai_ext.seed_everything).
+    seed=1234,
+    # "global": the same streams on every rank; see README "Seeding scopes".
+    seed_scope="global",
+    # Samples per data-parallel rank per step; global = micro * dp * accumulation.
+    train_micro_batch_size=32,
+    global_batch_size=None,
+    num_accumulation_steps=None,
+    train_iter=10000,
+    train_epoch=0,  # if set, train_iter = max(train_iter, epochs worth of iterations)
+    warmup_ratio=0,
+    start_iter=0,
+    amp=dict(enabled=False),
+    activation_checkpoint=dict(enabled=False),
+    zero_optimization=dict(enabled=False, stage=1),
+    nccl_fusion_threshold_mb=16,
+    nccl_fusion_max_ops=24,
+    checkpointer=dict(period=5000, max_to_keep=100),
+    test_micro_batch_size=32,
+    evaluation=dict(
+        enabled=True,
+        evaluator=LazyCall(ClsEvaluator)(topk=(1, 5)),
+        eval_period=5000,
+        eval_iter=1e5,
+        eval_metric="Acc@1",
+        eval_mode="max",
+    ),
+    load_weight="",
+    log_period=20,
+    scheduler=LazyCall(WarmupCosineLR)(warmup_factor=0.001, alpha=0.01, warmup_method="linear"),
+    dist=dict(data_parallel_size=1, tensor_parallel_size=1, pipeline_parallel_size=1),
+))

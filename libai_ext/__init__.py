@@ -1,0 +1,10 @@
+"""libai_ext: correctly paired batches and parallel-correct randomness for LiBai 0.1.1.
+
+Swap the trainer in a LiBai config (``train.trainer = "libai_ext.ConsistentBatchTrainer"``)
+and launch ``tools/train_net.py`` with ``python -m oneflow.distributed.launch``.
+"""
+from .compat import apply_cpu_patches
+from .engine import ConsistentBatchTrainer, seed_everything, seed_from_config
+
+__version__ = "0.1.0"
+__all__ = ["ConsistentBatchTrainer", "apply_cpu_patches", "seed_everything", "seed_from_config"]

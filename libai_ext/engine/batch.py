@@ -1,0 +1,83 @@
+"""Turn a batch of local ``DistTensorData`` fields into global tensors, all from stage 0.
+
+Stock LiBai makes each field global directly on the placement of its
+``placement_idx``, so each field keeps the local data of a *different* stage:
+images (idx 0) keep stage 0's augmentation, labels (idx -1) the last stage's.
+Here every field first becomes global on stage 0, the one source of truth, and
+only then moves to its own stage.  Fields already on stage 0 cost nothing extra;
+every other field costs one stage-to-stage transfer.
+"""
+import oneflow as flow
+from libai.data.structures import DistTensorData
+from libai.utils import distributed as dist
+
+
+def nd_sbp_from_names(sbp_list, field_name):
+    """``["split_0", "broadcast"]`` -> the nd-sbp LiBai's layout uses for that field."""
+    parsed = []
+    for name in sbp_list:
+        kind, _, dim = name.partition("_")
+        if kind == "split" and dim.isdigit():
+            parsed.append(flow.sbp.split(int(dim)))
+        elif not dim and kind in ("broadcast", "partial_sum"):
+            parsed.append(getattr(flow.sbp, kind))
+        else:
+            raise ValueError(f"batch field {field_name!r}: unknown sbp {name!r} in sbp_list={sbp_list}")
+    return dist.get_nd_sbp(parsed)
+
+
+def placement_of(placement_idx, field_name):
+    """The placement of layer ``placement_idx``; negative indices count from the last layer."""
+    if isinstance(placement_idx, bool) or not isinstance(placement_idx, int):
+        raise TypeError(f"batch field {field_name!r}: placement_idx must be an int, got {placement_idx!r}")
+    num_layers = len(dist.get_dist_util()._layer_ranks)
+    if not -num_layers <= placement_idx < num_layers:
+        raise IndexError(
+            f"batch field {field_name!r}: placement_idx={placement_idx} is out of range for "
+            f"train.dist.pipeline_num_layers={num_layers}")
+    return dist.get_layer_placement(placement_idx)
+
+
+def check_fields(data):
+    """Every field must be a ``DistTensorData`` holding a local tensor; returns the fields."""
+    fields = data.get_fields()
+    for name, value in fields.items():
+        if not isinstance(value, DistTensorData):
+            raise TypeError(
+                f"batch field {name!r} is a {type(value).__name__}, not a libai DistTensorData: "
+                "wrap it in the dataset's __getitem__ as DistTensorData(tensor, placement_idx=...)")
+        if not isinstance(value.tensor, flow.Tensor):
+            raise TypeError(f"batch field {name!r}: DistTensorData.tensor is a {type(value.tensor).__name__}")
+    return fields
+
+
+def field_to_global_via_stage0(tensor, field, name):
+    """Make ``tensor`` global on stage 0 with the field's sbp, then move it to the field's stage."""
+    sbp = nd_sbp_from_names(field.sbp_list, name)
+    target = placement_of(field.placement_idx, name)
+    stage0 = dist.get_layer_placement(0)
+    tensor = tensor.to_global(sbp=sbp, placement=stage0)
+    if target != stage0:
+        tensor = tensor.to_global(sbp=sbp, placement=target)
+    return tensor
+
+
+def apply_mixup(tensors, mixup_func):
+    """LiBai's convention: mixup rewrites ``images`` and ``labels`` together (local tensors)."""
+    if mixup_func is None:
+        return tensors
+    missing = [k for k in ("images", "labels") if k not in tensors]
+    if missing:
+        raise KeyError(f"mixup_func is set but the batch has no field {missing[0]!r} (fields: {sorted(tensors)})")
+    tensors = dict(tensors)
+    tensors["images"], tensors["labels"] = mixup_func(tensors["images"], tensors["labels"])
+    return tensors
+
+
+def consistent_batch(data, mixup_func=None):
+    """The body of ``ConsistentBatchTrainer.get_batch``; leaves ``data`` unaltered."""
+    if isinstance(data, flow.utils.data._utils.worker.ExceptionWrapper):
+        data.reraise()
+    fields = check_fields(data)
+    tensors = apply_mixup({name: field.tensor for name, field in fields.items()}, mixup_func)
+    return {name: field_to_global_via_stage0(tensors[name], fields[name], name) for name in fields}

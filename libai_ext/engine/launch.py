@@ -1,0 +1,88 @@
+"""The body of ``tools/train_net.py``: LiBai's CLI with a configurable trainer class.
+
+``train.trainer`` names the trainer (a class or a dotted path; default
+``libai_ext.ConsistentBatchTrainer``).  ``train.trainer=libai.engine.DefaultTrainer``
+reproduces stock LiBai for side-by-side comparison.
+"""
+import importlib
+import json
+import logging
+import os
+import time
+
+from libai.config import LazyConfig, default_argument_parser, try_get_key
+from libai.engine import DefaultTrainer, default_setup
+from libai.utils import distributed as dist
+from libai.utils.checkpoint import Checkpointer
+
+from ..compat import apply_cpu_patches
+from .seeding import check_seed, seed_from_config
+
+DEFAULT_TRAINER = "libai_ext.ConsistentBatchTrainer"
+logger = logging.getLogger("libai_ext")
+
+
+def resolve_trainer(spec):
+    """``train.trainer`` -> a ``DefaultTrainer`` subclass, or a clear error naming the key."""
+    spec = spec or DEFAULT_TRAINER
+    if isinstance(spec, str):
+        module_name, _, class_name = spec.rpartition(".")
+        try:
+            spec = getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError, ValueError) as e:
+            raise ValueError(f"train.trainer={spec!r} cannot be imported ({e}); "
+                             f"use a dotted path such as {DEFAULT_TRAINER!r}") from None
+    if not (isinstance(spec, type) and issubclass(spec, DefaultTrainer)):
+        raise TypeError(f"train.trainer={spec!r} is not a subclass of libai.engine.DefaultTrainer")
+    return spec
+
+
+def load_config(args):
+    cfg = LazyConfig.load(args.config_file)
+    return LazyConfig.apply_overrides(cfg, args.opts)
+
+
+def check_config(cfg):
+    """Everything that can be refused before any rank talks to another (so none hangs)."""
+    trainer_cls = resolve_trainer(try_get_key(cfg, "train.trainer"))
+    check_seed(try_get_key(cfg, "train.seed", default=0))
+    return trainer_cls
+
+
+def evaluate_only(cfg, args, trainer_cls):
+    model = trainer_cls.build_model(cfg)
+    Checkpointer(model, save_dir=cfg.train.output_dir).resume_or_load(cfg.train.load_weight, resume=args.resume)
+    test_loaders = trainer_cls.build_test_loader(cfg, trainer_cls.build_tokenizer(cfg))
+    return trainer_cls.test(cfg, test_loaders, model)
+
+
+def write_run_info(cfg, trainer_cls, wall_time_s, results):
+    if not dist.is_main_process():
+        return
+    info = {"trainer": f"{trainer_cls.__module__}.{trainer_cls.__qualname__}",
+            "wall_time_s": round(wall_time_s, 2), "final_eval": results or {}}
+    with open(os.path.join(cfg.train.output_dir, "run_info.json"), "w") as f:
+        json.dump(info, f, indent=2, default=float)
+
+
+def main(args):
+    cfg = load_config(args)
+    trainer_cls = check_config(cfg)
+    apply_cpu_patches()
+    default_setup(cfg, args)
+    seed_from_config(cfg)
+    start = time.perf_counter()
+    if args.eval_only:
+        results = evaluate_only(cfg, args, trainer_cls)
+    else:
+        trainer = trainer_cls(cfg)
+        trainer.train()
+        results = getattr(trainer, "_last_eval_results", None)
+    write_run_info(cfg, trainer_cls, time.perf_counter() - start, results)
+    if results and dist.is_main_process():
+        logger.info(f"final evaluation ({trainer_cls.__name__}): {dict(results)}")
+    return results
+
+
+def cli(argv=None):
+    return main(default_argument_parser().parse_args(argv))

@@ -1,0 +1,1 @@
+"""Models for LiBai 0.1.1 that split over data, tensor and pipeline parallelism."""
