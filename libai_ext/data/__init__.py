@@ -1,0 +1,32 @@
+"""Datasets for LiBai runs: CIFAR-100 from its standard folder, and a bundled digits stand-in."""
+from .cifar import CIFAR100Folder
+from .digits import (
+    DIGITS_NUM_CLASSES,
+    DIGITS_TEST_SIZE,
+    DIGITS_TRAIN_SIZE,
+    ensure_digits_cifar,
+    stratified_split,
+    upscale_digits,
+)
+from .transforms import (
+    CIFAR100_TRAIN_MEAN,
+    CIFAR100_TRAIN_STD,
+    build_mixup,
+    cifar_test_transform,
+    cifar_train_transform,
+)
+
+__all__ = [
+    "CIFAR100Folder",
+    "CIFAR100_TRAIN_MEAN",
+    "CIFAR100_TRAIN_STD",
+    "DIGITS_NUM_CLASSES",
+    "DIGITS_TEST_SIZE",
+    "DIGITS_TRAIN_SIZE",
+    "build_mixup",
+    "cifar_test_transform",
+    "cifar_train_transform",
+    "ensure_digits_cifar",
+    "stratified_split",
+    "upscale_digits",
+]

@@ -1,0 +1,87 @@
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOOL = os.path.join(ROOT, "tools", "compare_runs.py")
+
+
+def write_metrics(run_dir, losses, accs, step_time, log_period=10, eval_period=50):
+    """metrics.json as libai's JSONWriter writes it: one sorted-key JSON dict per line,
+    eval scalars on the line of the iteration they were put at."""
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "metrics.json"), "w") as f:
+        for i, loss in enumerate(losses):
+            it = (i + 1) * log_period - 1
+            rec = {"iteration": it, "total_loss": loss, "lr": 0.001, "data_time": 0.01, "time": step_time}
+            if (it + 1) % eval_period == 0:
+                rec["Acc@1"] = accs[(it + 1) // eval_period - 1]
+                rec["Acc@5"] = 100.0
+            f.write(json.dumps(rec, sort_keys=True) + "\n")
+
+
+def run_tool(*args):
+    return subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True, timeout=120)
+
+
+def table_rows(md_text):
+    rows = {}
+    for line in md_text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[0] not in ("run", "---"):
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_plot_and_table(tmp_path):
+    runs = {
+        "base": ([2.3 - 0.01 * i for i in range(20)], [20.0, 55.5, 48.25, 60.0], 0.5),
+        "ours": ([2.3 - 0.02 * i for i in range(20)], [30.0, 71.75, 80.5, 79.0], 0.25),
+    }
+    for name, (losses, accs, t) in runs.items():
+        write_metrics(str(tmp_path / name), losses, accs, t)
+    # One run states its wall time; the other gets the estimate.
+    (tmp_path / "ours" / "run_info.json").write_text(json.dumps({"wall_time_s": 123.4}))
+
+    out = tmp_path / "docs" / "experiment"
+    res = run_tool("--runs", *(f"{n}={tmp_path / n}" for n in runs), "--out", str(out), "--title", "t")
+    assert res.returncode == 0, res.stderr
+
+    png = out.with_suffix(".png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000
+
+    rows = table_rows(out.with_suffix(".md").read_text())
+    assert set(rows) == set(runs)
+    for name, (losses, accs, t) in runs.items():
+        tail = math.ceil(0.1 * len(losses))
+        final_loss, best, final = rows[name][:3]
+        assert final_loss == f"{sum(losses[-tail:]) / tail:.4f}"
+        assert best == f"{max(accs):.2f}"
+        assert final == f"{accs[-1]:.2f}"
+    assert rows["ours"][3] == "123.4"
+    assert rows["base"][3] == f"~{0.5 * 200:.1f}"  # 200 iterations at 0.5 s per step
+
+
+def test_missing_metrics_names_folder(tmp_path):
+    good = tmp_path / "good"
+    write_metrics(str(good), [1.0] * 10, [50.0, 60.0], 0.1)
+    empty = tmp_path / "empty_run"
+    empty.mkdir()
+    res = run_tool("--runs", f"a={good}", f"b={empty}", "--out", str(tmp_path / "x"))
+    assert res.returncode != 0
+    assert str(empty) in res.stderr and "metrics.json" in res.stderr
+    missing = tmp_path / "nowhere"
+    res = run_tool("--runs", f"a={missing}", "--out", str(tmp_path / "x"))
+    assert res.returncode != 0 and str(missing) in res.stderr
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_malformed_run_argument(tmp_path):
+    res = run_tool("--runs", "just_a_path", "--out", str(tmp_path / "x"))
+    assert res.returncode != 0 and "just_a_path" in res.stderr and "NAME=OUTPUT_DIR" in res.stderr
