@@ -1,0 +1,41 @@
+"""Shared set-up for the scripts that tests run on every rank."""
+import argparse
+
+import oneflow as flow
+from omegaconf import DictConfig
+
+import libai_ext
+from libai.utils import distributed as dist
+
+
+def layout_parser():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dp", type=int, default=1)
+    parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("--pp", type=int, default=1)
+    parser.add_argument("--layers", type=int, default=0, help="pipeline_num_layers (default: pp)")
+    return parser
+
+
+def setup_layout(args):
+    libai_ext.apply_cpu_patches()
+    cfg = DictConfig({
+        "data_parallel_size": args.dp, "tensor_parallel_size": args.tp,
+        "pipeline_parallel_size": args.pp, "pipeline_num_layers": args.layers or args.pp,
+    })
+    dist.setup_dist_util(cfg)
+    util = dist.get_dist_util()
+    assert (util.data_parallel_size, util.tensor_parallel_size, util.pipeline_parallel_size) == (
+        args.dp, args.tp, args.pp), "launch with nproc = dp * tp * pp"
+
+
+def replicated_on_stage0(tensor):
+    """The whole global ``tensor``, as a local tensor on every stage-0 rank (None elsewhere)."""
+    stage0 = dist.get_layer_placement(0)
+    replicated = dist.get_nd_sbp([flow.sbp.broadcast, flow.sbp.broadcast])
+    tensor = tensor.to_global(placement=stage0).to_global(sbp=replicated)
+    return tensor.to_local() if flow.env.get_rank() in stage0.ranks.flatten().tolist() else None
+
+
+def on_stage0():
+    return flow.env.get_rank() in dist.get_layer_placement(0).ranks.flatten().tolist()

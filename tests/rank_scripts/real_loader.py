@@ -1,0 +1,58 @@
+"""On every rank: LiBai's own image loader over the digits folder, one batch through get_batch.
+
+No augmentation, so each image identifies its sample: stage-0 ranks report, per
+data-parallel shard, which samples the images are and whether the labels (moved
+back from the last stage) are those samples' labels.
+"""
+import numpy as np
+from libai.config import LazyCall
+from libai.data.build import build_image_train_loader
+from libai.engine import DefaultTrainer
+from omegaconf import OmegaConf
+
+from common import layout_parser, on_stage0, replicated_on_stage0, setup_layout
+from libai_ext import ConsistentBatchTrainer
+from libai_ext.data import CIFAR100Folder, cifar_test_transform, ensure_digits_cifar
+from libai_ext.testing import write_rank_result
+
+TRAINERS = {"stock": DefaultTrainer, "fixed": ConsistentBatchTrainer}
+MICRO_BATCH = 8
+
+
+def loader_config(data_root):
+    """The part of a LiBai config that DefaultTrainer.build_train_loader reads."""
+    cfg = OmegaConf.create()
+    cfg.graph = dict(enabled=False)
+    cfg.train = dict(train_micro_batch_size=MICRO_BATCH, test_micro_batch_size=MICRO_BATCH, seed=0)
+    cfg.dataloader = dict(train=LazyCall(build_image_train_loader)(
+        dataset=[LazyCall(CIFAR100Folder)(root=data_root, train=True,
+                                          transform=LazyCall(cifar_test_transform)())],
+        num_workers=0))
+    return cfg
+
+
+def main():
+    parser = layout_parser()
+    parser.add_argument("--data", required=True)
+    args = parser.parse_args()
+    setup_layout(args)
+    ensure_digits_cifar(args.data)
+    dataset = CIFAR100Folder(args.data, train=True, transform=cifar_test_transform())
+    label_of = {dataset[i].get("images").tensor.numpy().tobytes(): int(dataset.targets[i]) for i in range(len(dataset))}
+    for name, trainer in TRAINERS.items():
+        loader = trainer.build_train_loader(loader_config(args.data))[0]
+        batch = trainer.get_batch(next(iter(loader)))
+        images = replicated_on_stage0(batch["images"])
+        labels = replicated_on_stage0(batch["labels"])
+        if not on_stage0():
+            continue
+        keys = [img.numpy().tobytes() for img in images]
+        write_rank_result(
+            trainer=name,
+            distinct_samples=len(set(keys)), batch=len(keys),
+            labels_match=bool(np.array_equal([label_of[k] for k in keys], labels.numpy())),
+        )
+
+
+if __name__ == "__main__":
+    main()

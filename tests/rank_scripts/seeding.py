@@ -1,0 +1,31 @@
+"""On every rank: draw from python, numpy and OneFlow after seed_everything (or without it)."""
+import argparse
+import random
+
+import numpy as np
+import oneflow as flow
+
+from libai_ext import seed_everything
+from libai_ext.testing import write_rank_result
+
+
+def draws():
+    return {
+        "python": [random.random() for _ in range(3)],
+        "numpy": np.random.rand(3).tolist(),
+        "oneflow": flow.rand(3).numpy().tolist(),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seed", default=None)
+    args = parser.parse_args()
+    if args.seed is not None:
+        seed = int(args.seed) if args.seed.lstrip("-").isdigit() else args.seed
+        write_rank_result(seed_used=seed_everything(seed))
+    write_rank_result(**draws())
+
+
+if __name__ == "__main__":
+    main()
