@@ -61,7 +61,8 @@ class PipelineMixer(nn.Module):
 
     @classmethod
     def from_config(cls, cfg):
-        return {k: cfg[k] for k in ("img_size", "patch_size", "in_chans", "embed_dim", "depth", "num_classes")}
+        keys = ("img_size", "patch_size", "in_chans", "embed_dim", "depth", "num_classes")
+        return {k: cfg[k] for k in keys}
 
     def patchify(self, images):
         b, c, h, w = images.shape
