@@ -5,6 +5,8 @@ and launch ``tools/train_net.py`` with ``python -m oneflow.distributed.launch``.
 """
 from .compat import apply_cpu_patches
 from .engine import ConsistentBatchTrainer, seed_everything, seed_from_config
+from .layers import DropPath, Dropout
 
 __version__ = "0.1.0"
-__all__ = ["ConsistentBatchTrainer", "apply_cpu_patches", "seed_everything", "seed_from_config"]
+__all__ = ["ConsistentBatchTrainer", "DropPath", "Dropout", "apply_cpu_patches", "seed_everything",
+           "seed_from_config"]
