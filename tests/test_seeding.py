@@ -12,8 +12,29 @@ def test_all_ranks_draw_the_same_after_seeding():
     result = launch(rank_script("seeding.py"), NPROC, ["--seed", 7], timeout=180)
     reference = result.record(0)
     for rank in range(NPROC):
-        assert result.records(rank)[0] == {"seed_used": 7}
+        assert result.records(rank)[0]["seed_used"] == 7
         assert result.record(rank) == reference, f"rank {rank} drew other numbers"
+
+
+@pytest.fixture(scope="module")
+def scoped_draws():
+    """(2, 2, 2) on 8 ranks: data-parallel groups are {0, 1, 4, 5} and {2, 3, 6, 7}."""
+    results = {}
+    for scope in ("global", "data_parallel", "rank"):
+        run = launch(rank_script("seeding.py"), 8, ["--dp", 2, "--tp", 2, "--pp", 2, "--seed", 7,
+                                                     "--scope", scope], timeout=300)
+        results[scope] = {r: (run.records(r)[0]["dp_group"], run.record(r)) for r in range(8)}
+    return results
+
+
+@pytest.mark.parametrize("scope", ["global", "data_parallel", "rank"])
+def test_scope_shares_streams_on_exactly_the_promised_ranks(scoped_draws, scope):
+    draws = scoped_draws[scope]
+    assert [draws[r][0] for r in range(8)] == [0, 0, 1, 1, 0, 0, 1, 1]
+    for a in range(8):
+        for b in range(a + 1, 8):
+            shared = {"global": True, "data_parallel": draws[a][0] == draws[b][0], "rank": False}[scope]
+            assert (draws[a][1] == draws[b][1]) == shared, f"ranks {a} and {b} under scope {scope}"
 
 
 def test_unseeded_ranks_differ():
@@ -26,6 +47,11 @@ def test_unseeded_ranks_differ():
 def test_bad_seed_is_refused_with_the_key(bad):
     with pytest.raises((TypeError, ValueError), match="train.seed"):
         seed_everything(bad)
+
+
+def test_bad_scope_is_refused_with_the_key():
+    with pytest.raises(ValueError, match="train.seed_scope='tensor'"):
+        seed_everything(1, scope="tensor")
 
 
 def test_bad_seed_stops_every_rank():

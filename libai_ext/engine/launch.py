@@ -16,7 +16,8 @@ from libai.utils import distributed as dist
 from libai.utils.checkpoint import Checkpointer
 
 from ..compat import apply_cpu_patches
-from .seeding import check_seed, seed_from_config
+from .hooks import RawLossWriter
+from .seeding import check_scope, check_seed, seed_from_config
 
 DEFAULT_TRAINER = "libai_ext.ConsistentBatchTrainer"
 logger = logging.getLogger("libai_ext")
@@ -46,6 +47,7 @@ def check_config(cfg):
     """Everything that can be refused before any rank talks to another (so none hangs)."""
     trainer_cls = resolve_trainer(try_get_key(cfg, "train.trainer"))
     check_seed(try_get_key(cfg, "train.seed", default=0))
+    check_scope(try_get_key(cfg, "train.seed_scope", default="global"))
     return trainer_cls
 
 
@@ -76,6 +78,7 @@ def main(args):
         results = evaluate_only(cfg, args, trainer_cls)
     else:
         trainer = trainer_cls(cfg)
+        trainer.register_hooks([RawLossWriter(cfg.train.output_dir)])
         trainer.train()
         results = getattr(trainer, "_last_eval_results", None)
     write_run_info(cfg, trainer_cls, time.perf_counter() - start, results)

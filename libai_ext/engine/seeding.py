@@ -1,11 +1,25 @@
-"""Seed python ``random``, numpy and OneFlow before the trainer is built."""
+"""Seed python ``random``, numpy and OneFlow before the trainer is built.
+
+Scopes say which ranks share a stream:
+
+* ``"global"``: every rank the same (``seed`` itself).
+* ``"data_parallel"``: the ranks of one data-parallel group share a stream (they read the
+  same samples: all their pipeline stages and tensor-parallel peers); different groups
+  differ.  Per-group augmentation diversity, yet each group augments consistently.
+* ``"rank"``: every rank its own stream.
+
+Whatever the scope, the stochastic layers of ``libai_ext.layers`` key on ``seed`` itself:
+their masks are SBP-correct by construction, not by seeding.
+"""
 import random
 
 import numpy as np
 import oneflow as flow
 
+from ..layers import set_layer_seed
+
 _SEED_LIMIT = 2 ** 32  # numpy's legacy RandomState accepts seeds in [0, 2**32)
-SEED_SCOPES = ("global",)
+SEED_SCOPES = ("global", "data_parallel", "rank")
 
 
 def check_seed(seed, key="train.seed"):
@@ -17,25 +31,44 @@ def check_seed(seed, key="train.seed"):
     return int(seed)
 
 
-def seed_everything(seed, scope="global"):
-    """Seed python, numpy and OneFlow (CPU and CUDA) on this rank; returns the seed used.
+def check_scope(scope, key="train.seed_scope"):
+    if scope not in SEED_SCOPES:
+        raise ValueError(f"{key}={scope!r} is not one of {SEED_SCOPES}")
+    return scope
 
-    With ``scope="global"`` every rank uses ``seed`` itself, so all ranks draw the same
-    numbers.  Call it on every rank, before building the model and data loaders.
+
+def scoped_seed(seed, scope):
+    """The seed this rank uses under ``scope`` (needs LiBai's dist util for "data_parallel")."""
+    if scope == "global":
+        return seed
+    if scope == "data_parallel":
+        from .trainer import placement_data_parallel_rank
+
+        group = placement_data_parallel_rank()
+    else:
+        group = flow.env.get_rank()
+    # Independent streams per group: numpy's SeedSequence spreads (seed, scope, group) over 32 bits.
+    key = (SEED_SCOPES.index(scope), group)
+    return int(np.random.SeedSequence(seed, spawn_key=key).generate_state(1)[0])
+
+
+def seed_everything(seed, scope="global"):
+    """Seed python, numpy and OneFlow (CPU and CUDA) on this rank; returns the seed used here.
+
+    Call it on every rank, before building the model and data loaders.
     """
     seed = check_seed(seed)
-    if scope not in SEED_SCOPES:
-        raise ValueError(f"train.seed_scope={scope!r} is not one of {SEED_SCOPES}")
-    random.seed(seed)
-    np.random.seed(seed)
-    flow.manual_seed(seed)
+    local_seed = scoped_seed(seed, check_scope(scope))
+    random.seed(local_seed)
+    np.random.seed(local_seed)
+    flow.manual_seed(local_seed)
     if flow.cuda.is_available():
-        flow.cuda.manual_seed_all(seed)
-    return seed
+        flow.cuda.manual_seed_all(local_seed)
+    set_layer_seed(seed)
+    return local_seed
 
 
 def seed_from_config(cfg):
-    """The config hook: seed from ``train.seed`` (and ``train.seed_scope``) before the trainer exists."""
+    """The config hook: seed from ``train.seed`` / ``train.seed_scope`` before the trainer exists."""
     train = cfg.train
-    seed = train.get("seed", 0)
-    return seed_everything(seed, scope=train.get("seed_scope", "global"))
+    return seed_everything(train.get("seed", 0), scope=train.get("seed_scope", "global"))

@@ -10,7 +10,7 @@ from libai.utils import distributed as dist
 
 def layout_parser():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--dp", type=int, default=1)
+    parser.add_argument("--dp", type=int, default=0, help="default: world size / (tp * pp)")
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--pp", type=int, default=1)
     parser.add_argument("--layers", type=int, default=0, help="pipeline_num_layers (default: pp)")
@@ -19,6 +19,7 @@ def layout_parser():
 
 def setup_layout(args):
     libai_ext.apply_cpu_patches()
+    args.dp = args.dp or flow.env.get_world_size() // (args.tp * args.pp)
     cfg = DictConfig({
         "data_parallel_size": args.dp, "tensor_parallel_size": args.tp,
         "pipeline_parallel_size": args.pp, "pipeline_num_layers": args.layers or args.pp,

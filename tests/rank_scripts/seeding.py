@@ -1,11 +1,12 @@
 """On every rank: draw from python, numpy and OneFlow after seed_everything (or without it)."""
-import argparse
 import random
 
 import numpy as np
 import oneflow as flow
 
+from common import layout_parser, setup_layout
 from libai_ext import seed_everything
+from libai_ext.engine import placement_data_parallel_rank
 from libai_ext.testing import write_rank_result
 
 
@@ -18,12 +19,15 @@ def draws():
 
 
 def main():
-    parser = argparse.ArgumentParser()
+    parser = layout_parser()
     parser.add_argument("--seed", default=None)
+    parser.add_argument("--scope", default="global")
     args = parser.parse_args()
+    setup_layout(args)
     if args.seed is not None:
         seed = int(args.seed) if args.seed.lstrip("-").isdigit() else args.seed
-        write_rank_result(seed_used=seed_everything(seed))
+        write_rank_result(seed_used=seed_everything(seed, scope=args.scope),
+                          dp_group=placement_data_parallel_rank())
     write_rank_result(**draws())
 
 
