@@ -12,7 +12,7 @@ def rank_script(name):
     return os.path.join(RANK_SCRIPTS, name)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def repo_root():
     return ROOT
 

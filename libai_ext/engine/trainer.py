@@ -1,11 +1,16 @@
 """``ConsistentBatchTrainer``: LiBai's ``DefaultTrainer`` with correctly paired batches."""
 import contextlib
+import inspect
 
 import oneflow as flow
+from libai.config import try_get_key
+from libai.config.lazy import locate
 from libai.engine import DefaultTrainer
 from libai.utils import distributed as dist
 
+from ..layers import name_stochastic_layers
 from .batch import consistent_batch
+from .rng_state import RNGStateCheckpointer, preserved_rng_state
 
 
 def placement_data_parallel_rank():
@@ -32,6 +37,23 @@ def samplers_follow_placement():
         dist.get_data_parallel_rank = original
 
 
+def resume_sampler_position(cfg):
+    """Hand the resumed ``cfg.dataloader.consumed_samples`` to the train loader.
+
+    LiBai 0.1.1 computes it on resume but never passes it on, so a resumed run reads
+    the data from the first sample again.
+    """
+    consumed = try_get_key(cfg, "dataloader.consumed_samples")
+    train = cfg.dataloader.train
+    target = train.get("_target_")
+    if consumed is None or target is None:
+        return
+    if isinstance(target, str):
+        target = locate(target)
+    if "consumed_samples" in inspect.signature(target).parameters:
+        train.consumed_samples = consumed
+
+
 class ConsistentBatchTrainer(DefaultTrainer):
     """A ``DefaultTrainer`` whose batches are built on pipeline stage 0 only.
 
@@ -40,7 +62,28 @@ class ConsistentBatchTrainer(DefaultTrainer):
     come from the same augmentation.  Data loaders give each sampler the shard that
     its rank holds in the stage-0 placement.  Use it by setting
     ``train.trainer = "libai_ext.ConsistentBatchTrainer"`` (see ``tools/train_net.py``).
+
+    Randomness: checkpoints also hold every rank's python/numpy/OneFlow state, so
+    ``--resume`` continues the exact random streams; evaluation runs inside a saved and
+    restored random state, so it never shifts training's streams; stochastic layers of
+    ``libai_ext.layers`` are keyed by their qualified names.
     """
+
+    def resume_or_load(self, resume=True):
+        if not isinstance(self.checkpointer, RNGStateCheckpointer):
+            self.checkpointer = RNGStateCheckpointer.wrapping(self.checkpointer)
+        super().resume_or_load(resume)
+
+    @classmethod
+    def build_model(cls, cfg):
+        model = super().build_model(cfg)
+        name_stochastic_layers(model)
+        return model
+
+    @classmethod
+    def test(cls, cfg, test_loaders, model, evaluator=None):
+        with preserved_rng_state():
+            return super().test(cfg, test_loaders, model, evaluator)
 
     @classmethod
     def get_batch(cls, data, mixup_func=None):
@@ -48,6 +91,7 @@ class ConsistentBatchTrainer(DefaultTrainer):
 
     @classmethod
     def build_train_loader(cls, cfg, tokenizer=None):
+        resume_sampler_position(cfg)
         with samplers_follow_placement():
             return super().build_train_loader(cfg, tokenizer)
 
