@@ -25,21 +25,22 @@ from flowvision.models import to_2tuple
 from oneflow import nn
 
 from libai.config import configurable
-from libai.layers import DropPath, LayerNorm, Linear
+from libai.layers import LayerNorm, Linear
 from libai.utils import distributed as dist
 
+from ..layers import DropPath, Dropout
 from .losses import SoftTargetCrossEntropy
 
 __all__ = ["SwinTransformer", "SoftTargetCrossEntropy", "block_layer_indices"]
 
 
-def _make_drop_path(rate):
-    # Single factory so an SBP-consistent DropPath can be swapped in later.
-    return DropPath(rate) if rate > 0.0 else nn.Identity()
+def _make_drop_path(rate, layer_idx):
+    # SBP-correct: masks agree on replicas, differ across shards, same on every layout.
+    return DropPath(rate, layer_idx=layer_idx) if rate > 0.0 else nn.Identity()
 
 
-def _make_dropout(rate):
-    return nn.Dropout(rate)
+def _make_dropout(rate, layer_idx):
+    return Dropout(rate, layer_idx=layer_idx) if rate > 0.0 else nn.Identity()
 
 
 def _broadcast_sbp():
@@ -122,9 +123,9 @@ class WindowAttention(nn.Module):
         self.register_buffer("relative_position_index",
                              _constant(_relative_position_index(window_size), layer_idx), persistent=False)
         self.qkv = Linear(dim, 3 * dim, bias=qkv_bias, parallel="col", layer_idx=layer_idx)
-        self.attn_drop = _make_dropout(attn_drop)
+        self.attn_drop = _make_dropout(attn_drop, layer_idx)
         self.proj = Linear(dim, dim, parallel="row", layer_idx=layer_idx)
-        self.proj_drop = _make_dropout(proj_drop)
+        self.proj_drop = _make_dropout(proj_drop, layer_idx)
 
     def forward(self, x, mask=None):
         """x: [num_windows * B, N, C]; mask: [num_windows, N, N] or None."""
@@ -155,7 +156,7 @@ class Mlp(nn.Module):
         self.fc1 = Linear(dim, hidden_dim, parallel="col", layer_idx=layer_idx)
         self.act = nn.GELU()
         self.fc2 = Linear(hidden_dim, dim, parallel="row", layer_idx=layer_idx)
-        self.drop = _make_dropout(drop)
+        self.drop = _make_dropout(drop, layer_idx)
 
     def forward(self, x):
         return self.drop(self.fc2(self.act(self.fc1(x))))
@@ -178,7 +179,7 @@ class SwinTransformerBlock(nn.Module):
         self.norm1 = norm_layer(dim, layer_idx=layer_idx)
         self.attn = WindowAttention(dim, to_2tuple(self.window_size), num_heads, qkv_bias, qk_scale,
                                     attn_drop, drop, layer_idx=layer_idx)
-        self.drop_path = _make_drop_path(drop_path)
+        self.drop_path = _make_drop_path(drop_path, layer_idx)
         self.norm2 = norm_layer(dim, layer_idx=layer_idx)
         self.mlp = Mlp(dim, int(dim * mlp_ratio), drop, layer_idx=layer_idx)
         mask = None
@@ -310,7 +311,7 @@ class SwinTransformer(nn.Module):
                 1, self.patch_embed.num_patches, embed_dim,
                 placement=dist.get_layer_placement(0), sbp=_broadcast_sbp()))
             trunc_normal_(self.absolute_pos_embed, std=0.02)
-        self.pos_drop = _make_dropout(drop_rate)
+        self.pos_drop = _make_dropout(drop_rate, 0)
 
         dpr = np.linspace(0, drop_path_rate, sum(depths)).tolist()  # stochastic depth decay rule
         layer_idx = block_layer_indices(sum(depths))
