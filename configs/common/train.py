@@ -13,6 +13,9 @@ train = DictConfig(dict(
     seed=1234,
     # "global": the same streams on every rank; see README "Seeding scopes".
     seed_scope="global",
+    # Compare each field's local batch across the ranks that must agree: "off", "first" (one
+    # small all-gather, once) or "every" step.  Works with stock DefaultTrainer too.
+    batch_check="off",
     # Samples per data-parallel rank per step; global = micro * dp * accumulation.
     train_micro_batch_size=32,
     global_batch_size=None,

@@ -14,8 +14,10 @@ from libai.config import LazyConfig, default_argument_parser, try_get_key
 from libai.engine import DefaultTrainer, default_setup
 from libai.utils import distributed as dist
 from libai.utils.checkpoint import Checkpointer
+from libai.utils.logger import setup_logger
 
 from ..compat import apply_cpu_patches
+from .batch_check import BATCH_CHECK_MODES, install_batch_check
 from .hooks import RawLossWriter
 from .seeding import check_scope, check_seed, seed_from_config
 
@@ -48,6 +50,9 @@ def check_config(cfg):
     trainer_cls = resolve_trainer(try_get_key(cfg, "train.trainer"))
     check_seed(try_get_key(cfg, "train.seed", default=0))
     check_scope(try_get_key(cfg, "train.seed_scope", default="global"))
+    batch_check = try_get_key(cfg, "train.batch_check", default="off")
+    if batch_check not in BATCH_CHECK_MODES:
+        raise ValueError(f"train.batch_check={batch_check!r} is not one of {BATCH_CHECK_MODES}")
     return trainer_cls
 
 
@@ -72,6 +77,7 @@ def main(args):
     trainer_cls = check_config(cfg)
     apply_cpu_patches()
     default_setup(cfg, args)
+    setup_logger(cfg.train.output_dir, distributed_rank=dist.get_rank(), name="libai_ext")
     seed_from_config(cfg)
     start = time.perf_counter()
     if args.eval_only:
@@ -79,6 +85,7 @@ def main(args):
     else:
         trainer = trainer_cls(cfg)
         trainer.register_hooks([RawLossWriter(cfg.train.output_dir)])
+        install_batch_check(trainer, try_get_key(cfg, "train.batch_check", default="off"))
         trainer.train()
         results = getattr(trainer, "_last_eval_results", None)
     write_run_info(cfg, trainer_cls, time.perf_counter() - start, results)

@@ -1,0 +1,149 @@
+"""Batch consistency guard: catch rank-dependent batches before they reach the model.
+
+``train.batch_check = "off" | "first" | "every"`` wraps the trainer's ``get_batch``
+(stock ``DefaultTrainer`` too).  It applies mixup as LiBai does, takes a checksum of
+each field's local tensor on every rank, all-gathers the small checksum table, and
+compares it within every set of ranks whose local data the trainer turns into one
+global batch.  Every rank sees the same table and so reaches the same verdict: on a
+disagreement all ranks raise the same ``BatchMismatchError`` together (none hangs).
+
+Which ranks must agree:
+* stock LiBai: all ranks of a data-parallel group (every pipeline stage and
+  tensor-parallel rank), because each field keeps the data of its own stage;
+* ``ConsistentBatchTrainer``: every field comes from one stage-0 rank per group, so
+  nothing can disagree; the guard still checks that different data-parallel groups
+  do not hold identical batches (a sampler that ignores the data-parallel rank).
+"""
+import logging
+
+import numpy as np
+import oneflow as flow
+from libai.data.structures import DistTensorData, Instance
+from libai.utils import distributed as dist
+
+from .batch import apply_mixup, check_fields
+
+BATCH_CHECK_MODES = ("off", "first", "every")
+_CHECKSUMS = 4  # numel, sum, sum of squares, position-weighted sum
+logger = logging.getLogger(__name__)
+
+
+class BatchMismatchError(RuntimeError):
+    pass
+
+
+def field_checksum(tensor):
+    values = tensor.to(flow.float64).flatten()
+    weights = flow.arange(values.shape[0], dtype=flow.float64, device=values.device) % 1009 + 1
+    return [float(values.shape[0]), values.sum().item(), (values * values).sum().item(),
+            (values * weights).sum().item()]
+
+
+def all_gather_rows(row):
+    """Every rank's float64 ``row`` (same length on all ranks), stacked on every rank."""
+    world = flow.env.all_device_placement("cpu")
+    local = flow.tensor(np.asarray(row, dtype=np.float64)).reshape(1, -1)
+    gathered = local.to_global(placement=world, sbp=flow.sbp.split(0)).to_global(sbp=flow.sbp.broadcast)
+    return gathered.to_local().numpy()
+
+
+def rank_grid():
+    """{rank: (stage, data-parallel index, tensor-parallel index)} from LiBai's layout."""
+    util = dist.get_dist_util()
+    per_stage = util.world_size // util.pipeline_parallel_size
+    tp = util.tensor_parallel_size
+    return {r: (r // per_stage, (r % per_stage) // tp, r % tp) for r in range(util.world_size)}
+
+
+def source_ranks(trainer_cls):
+    """{data-parallel index: ranks whose local batches end up in that group's global batch}."""
+    from .trainer import ConsistentBatchTrainer
+
+    groups = {}
+    for rank, (stage, dp_index, tp_index) in rank_grid().items():
+        if issubclass(trainer_cls, ConsistentBatchTrainer) and (stage, tp_index) != (0, 0):
+            continue
+        groups.setdefault(dp_index, []).append(rank)
+    return groups
+
+
+def _close(a, b):
+    return np.allclose(a, b, rtol=1e-9, atol=1e-6)
+
+
+def find_mismatches(table, names, groups):
+    """Problems in the gathered checksum table ``[rank, field, checksum]``, as messages."""
+    problems = []
+    for f, name in enumerate(names):
+        for dp_index, ranks in sorted(groups.items()):
+            reference = ranks[0]
+            bad = [r for r in ranks[1:] if not _close(table[r, f], table[reference, f])]
+            if bad:
+                problems.append(f"field {name!r}: ranks {bad} disagree with rank {reference} "
+                                f"(data-parallel group {dp_index}, ranks {ranks})")
+        firsts = {dp_index: ranks[0] for dp_index, ranks in groups.items()}
+        for a in sorted(firsts):
+            for b in sorted(firsts):
+                if a < b and _close(table[firsts[a], f], table[firsts[b], f]):
+                    problems.append(f"field {name!r}: data-parallel groups {a} and {b} hold identical "
+                                    f"batches (ranks {firsts[a]} and {firsts[b]}): the sampler ignores "
+                                    "the data-parallel rank")
+    return problems
+
+
+def check_batch(data, trainer_cls, iteration):
+    """Compare ``data``'s local fields across ranks; raise ``BatchMismatchError`` on every rank."""
+    fields = check_fields(data)
+    names = sorted(fields)
+    row = [x for name in names for x in field_checksum(fields[name].tensor)]
+    table = all_gather_rows(row).reshape(-1, len(names), _CHECKSUMS)
+    problems = find_mismatches(table, names, source_ranks(trainer_cls))
+    if problems:
+        raise BatchMismatchError(
+            f"batch check failed at iteration {iteration} ({trainer_cls.__name__}):\n  - "
+            + "\n  - ".join(problems) + "\n" + _fixes(problems))
+
+
+def _fixes(problems):
+    fixes = []
+    if any("disagree" in p for p in problems):
+        fixes.append("Fix: train with train.trainer='libai_ext.ConsistentBatchTrainer' (every field from "
+                     "stage 0), or seed every rank identically before building the data pipeline "
+                     "(libai_ext.seed_everything, train.seed_scope='global' or 'data_parallel').")
+    if any("identical batches" in p for p in problems):
+        fixes.append("Fix: give each sampler the data-parallel index of its rank's placement "
+                     "(ConsistentBatchTrainer's loaders do; LiBai 0.1.1's get_data_parallel_rank "
+                     "does not under pipeline parallelism).")
+    return "\n".join(fixes)
+
+
+def _mixed_copy(data, mixup_func):
+    """``data`` with mixup applied to fresh DistTensorData (the caller's stay untouched)."""
+    fields = check_fields(data)
+    tensors = apply_mixup({k: v.tensor for k, v in fields.items()}, mixup_func)
+    return Instance(**{k: DistTensorData(tensors[k], sbp_list=v.sbp_list, placement_idx=v.placement_idx)
+                       for k, v in fields.items()})
+
+
+def install_batch_check(trainer, mode):
+    """Guard ``trainer``'s training batches; ``mode`` is ``train.batch_check``."""
+    if mode not in BATCH_CHECK_MODES:
+        raise ValueError(f"train.batch_check={mode!r} is not one of {BATCH_CHECK_MODES}")
+    if mode == "off":
+        return
+    original = trainer.get_batch
+    trainer_cls = type(trainer)
+
+    def guarded_get_batch(data, mixup_func=None):
+        if isinstance(data, flow.utils.data._utils.worker.ExceptionWrapper):
+            data.reraise()
+        if mode == "every" or not guarded_get_batch.checked:
+            data = _mixed_copy(data, mixup_func)
+            mixup_func = None
+            check_batch(data, trainer_cls, trainer.iter)
+            guarded_get_batch.checked = True
+            logger.info(f"batch check passed at iteration {trainer.iter}")
+        return original(data, mixup_func)
+
+    guarded_get_batch.checked = False
+    trainer.get_batch = guarded_get_batch  # DefaultTrainer.run_step calls self.get_batch
