@@ -39,10 +39,10 @@ def field_checksum(tensor):
             (values * weights).sum().item()]
 
 
-def all_gather_rows(row):
-    """Every rank's float64 ``row`` (same length on all ranks), stacked on every rank."""
+def all_gather_local(tensor):
+    """Every rank's local ``tensor`` (same shape on all ranks), stacked on every rank as numpy."""
     world = flow.env.all_device_placement("cpu")
-    local = flow.tensor(np.asarray(row, dtype=np.float64)).reshape(1, -1)
+    local = tensor.to("cpu").unsqueeze(0)
     gathered = local.to_global(placement=world, sbp=flow.sbp.split(0)).to_global(sbp=flow.sbp.broadcast)
     return gathered.to_local().numpy()
 
@@ -96,7 +96,7 @@ def check_batch(data, trainer_cls, iteration):
     fields = check_fields(data)
     names = sorted(fields)
     row = [x for name in names for x in field_checksum(fields[name].tensor)]
-    table = all_gather_rows(row).reshape(-1, len(names), _CHECKSUMS)
+    table = all_gather_local(flow.tensor(row, dtype=flow.float64)).reshape(-1, len(names), _CHECKSUMS)
     problems = find_mismatches(table, names, source_ranks(trainer_cls))
     if problems:
         raise BatchMismatchError(
@@ -117,7 +117,7 @@ def _fixes(problems):
     return "\n".join(fixes)
 
 
-def _mixed_copy(data, mixup_func):
+def mixed_copy(data, mixup_func):
     """``data`` with mixup applied to fresh DistTensorData (the caller's stay untouched)."""
     fields = check_fields(data)
     tensors = apply_mixup({k: v.tensor for k, v in fields.items()}, mixup_func)
@@ -138,7 +138,7 @@ def install_batch_check(trainer, mode):
         if isinstance(data, flow.utils.data._utils.worker.ExceptionWrapper):
             data.reraise()
         if mode == "every" or not guarded_get_batch.checked:
-            data = _mixed_copy(data, mixup_func)
+            data = mixed_copy(data, mixup_func)
             mixup_func = None
             check_batch(data, trainer_cls, trainer.iter)
             guarded_get_batch.checked = True

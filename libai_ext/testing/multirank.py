@@ -58,6 +58,14 @@ class LaunchResult:
             raise AssertionError(f"rank {rank} wrote no result; log tail:\n{self.log(rank)[-_TAIL_CHARS:]}")
         return recs[-1] if key is None else recs[-1][key]
 
+    def ranks_logging(self, text):
+        """The ranks whose own output contains ``text`` (e.g. an error each rank raised itself).
+
+        Proof that every rank reached an error on its own: once one rank exits non-zero,
+        OneFlow's launcher terminates the others, often before their exit code is recorded.
+        """
+        return [rank for rank in range(self.nproc) if text in self.log(rank)]
+
     def failed_ranks(self):
         return sorted(r for r, rc in self.returncodes.items() if rc not in (0, None))
 
