@@ -28,12 +28,15 @@ def test_guard_stops_every_rank_on_stock_rank_dependent_augmentation(repo_root, 
     assert "ConsistentBatchTrainer" in log  # the fix is named
 
 
-@pytest.mark.parametrize("trainer, scope", [(FIXED, "rank"), (STOCK, "global")],
-                         ids=["fixed-unseeded", "stock-seeded-dp1"])
-def test_guard_is_quiet_on_consistent_batches(repo_root, tmp_path, trainer, scope):
-    result = train(repo_root, tmp_path, trainer, scope)
+@pytest.mark.parametrize("trainer, scope, extra, expected", [
+    (FIXED, "rank", "train.stage0_only_loading=False", "batch check passed at iteration 1"),
+    (FIXED, "rank", "train.stage0_only_loading=True", "stage-0-only loading, only stage 0 holds batches"),
+    (STOCK, "global", "train.stage0_only_loading=False", "batch check passed at iteration 1"),
+], ids=["fixed-unseeded", "fixed-stage0-only", "stock-seeded-dp1"])
+def test_guard_is_quiet_on_consistent_batches(repo_root, tmp_path, trainer, scope, extra, expected):
+    result = train(repo_root, tmp_path, trainer, scope, layout=[extra])
     assert result.failed_ranks() == [] and not result.timed_out, result.log(0)[-3000:]
-    assert "batch check passed at iteration 1" in result.log(0)
+    assert expected in result.log(0)
 
 
 def test_guard_catches_the_sampler_bug_under_data_parallel_pipeline(repo_root, tmp_path):

@@ -47,6 +47,7 @@ def compare_field(stacked, groups):
 
 
 def check(cfg, trainer_cls, num_batches):
+    cfg.train.stage0_only_loading = False  # every rank must load, to compare what each would contribute
     loader = trainer_cls.build_train_loader(cfg, trainer_cls.build_tokenizer(cfg))[0]
     groups = source_ranks(trainer_cls)
     report = {}

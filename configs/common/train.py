@@ -16,6 +16,8 @@ train = DictConfig(dict(
     # Compare each field's local batch across the ranks that must agree: "off", "first" (one
     # small all-gather, once) or "every" step.  Works with stock DefaultTrainer too.
     batch_check="off",
+    # ConsistentBatchTrainer under pipeline parallelism: only stage 0 reads and augments samples.
+    stage0_only_loading=True,
     # Samples per data-parallel rank per step; global = micro * dp * accumulation.
     train_micro_batch_size=32,
     global_batch_size=None,

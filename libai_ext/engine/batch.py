@@ -78,6 +78,10 @@ def consistent_batch(data, mixup_func=None):
     """The body of ``ConsistentBatchTrainer.get_batch``; leaves ``data`` unaltered."""
     if isinstance(data, flow.utils.data._utils.worker.ExceptionWrapper):
         data.reraise()
+    from .stage0_loading import Stage0Batch  # (a module that imports this one)
+
+    if isinstance(data, Stage0Batch):
+        return data.source.global_batch(data, mixup_func)
     fields = check_fields(data)
     tensors = apply_mixup({name: field.tensor for name, field in fields.items()}, mixup_func)
     return {name: field_to_global_via_stage0(tensors[name], fields[name], name) for name in fields}

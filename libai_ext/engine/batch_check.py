@@ -13,6 +13,8 @@ Which ranks must agree:
 * ``ConsistentBatchTrainer``: every field comes from one stage-0 rank per group, so
   nothing can disagree; the guard still checks that different data-parallel groups
   do not hold identical batches (a sampler that ignores the data-parallel rank).
+  With stage-0-only loading (its default under pipeline parallelism) only stage 0
+  holds data at all: the guard has nothing to compare and lets the batches through.
 """
 import logging
 
@@ -22,6 +24,7 @@ from libai.data.structures import DistTensorData, Instance
 from libai.utils import distributed as dist
 
 from .batch import apply_mixup, check_fields
+from .stage0_loading import Stage0Batch
 
 BATCH_CHECK_MODES = ("off", "first", "every")
 _CHECKSUMS = 4  # numel, sum, sum of squares, position-weighted sum
@@ -137,6 +140,11 @@ def install_batch_check(trainer, mode):
     def guarded_get_batch(data, mixup_func=None):
         if isinstance(data, flow.utils.data._utils.worker.ExceptionWrapper):
             data.reraise()
+        if isinstance(data, Stage0Batch):
+            if not guarded_get_batch.checked:
+                logger.info("batch check: stage-0-only loading, only stage 0 holds batches: nothing to compare")
+                guarded_get_batch.checked = True
+            return original(data, mixup_func)
         if mode == "every" or not guarded_get_batch.checked:
             data = mixed_copy(data, mixup_func)
             mixup_func = None

@@ -11,6 +11,7 @@ from libai.utils import distributed as dist
 from ..layers import name_stochastic_layers
 from .batch import consistent_batch
 from .rng_state import RNGStateCheckpointer, preserved_rng_state
+from .stage0_loading import Stage0OnlyLoader
 
 
 def placement_data_parallel_rank():
@@ -63,6 +64,9 @@ class ConsistentBatchTrainer(DefaultTrainer):
     its rank holds in the stage-0 placement.  Use it by setting
     ``train.trainer = "libai_ext.ConsistentBatchTrainer"`` (see ``tools/train_net.py``).
 
+    Stage-0-only loading (``train.stage0_only_loading``, on by default): under pipeline
+    parallelism, ranks outside stage 0 neither read nor augment training samples.
+
     Randomness: checkpoints also hold every rank's python/numpy/OneFlow state, so
     ``--resume`` continues the exact random streams; evaluation runs inside a saved and
     restored random state, so it never shifts training's streams; stochastic layers of
@@ -93,7 +97,11 @@ class ConsistentBatchTrainer(DefaultTrainer):
     def build_train_loader(cls, cfg, tokenizer=None):
         resume_sampler_position(cfg)
         with samplers_follow_placement():
-            return super().build_train_loader(cfg, tokenizer)
+            train, valid, test = super().build_train_loader(cfg, tokenizer)
+        if try_get_key(cfg, "train.stage0_only_loading", default=True) and \
+                dist.get_dist_util().pipeline_parallel_size > 1:
+            train = Stage0OnlyLoader(train)
+        return train, valid, test
 
     @classmethod
     def build_test_loader(cls, cfg, tokenizer=None):

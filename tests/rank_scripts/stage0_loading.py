@@ -1,0 +1,66 @@
+"""On every rank: the same seeded pipeline with and without stage-0-only loading.
+
+Augmentation and mixup on, per-rank random streams.  Stage-0 ranks report a digest of
+every global field (gathered to stage 0) per step; every rank reports how many samples
+its dataset served.
+"""
+import hashlib
+
+import oneflow as flow
+from libai.config import LazyCall
+from libai.data.build import build_image_train_loader
+from omegaconf import OmegaConf
+
+from common import layout_parser, on_stage0, replicated_on_stage0, setup_layout
+from libai_ext import ConsistentBatchTrainer, seed_everything
+from libai_ext.data import CIFAR100Folder, build_mixup, cifar_train_transform, ensure_digits_cifar
+from libai_ext.testing import write_rank_result
+
+STEPS = 3
+
+
+class CountingFolder(CIFAR100Folder):
+    served = 0
+
+    def __getitem__(self, index):
+        CountingFolder.served += 1
+        return super().__getitem__(index)
+
+
+def config(data_root, stage0_only):
+    cfg = OmegaConf.create()
+    cfg.graph = dict(enabled=False)
+    cfg.train = dict(train_micro_batch_size=8, test_micro_batch_size=8, seed=0, stage0_only_loading=stage0_only)
+    cfg.dataloader = dict(train=LazyCall(build_image_train_loader)(
+        dataset=[LazyCall(CountingFolder)(root=data_root, train=True,
+                                          transform=LazyCall(cifar_train_transform)(hflip=False))],
+        num_workers=0, mixup_func=LazyCall(build_mixup)(num_classes=10)))
+    return cfg
+
+
+def digests(loader):
+    out, batches = [], iter(loader)
+    for _ in range(STEPS):
+        batch = ConsistentBatchTrainer.get_batch(next(batches), loader.mixup_func)
+        gathered = {k: replicated_on_stage0(v) for k, v in sorted(batch.items())}
+        if on_stage0():
+            out.append({k: hashlib.sha256(v.numpy().tobytes()).hexdigest() for k, v in gathered.items()})
+    return out
+
+
+def main():
+    parser = layout_parser()
+    parser.add_argument("--data", required=True)
+    args = parser.parse_args()
+    setup_layout(args)
+    ensure_digits_cifar(args.data)
+    for stage0_only in (False, True):
+        seed_everything(1234, scope="rank")
+        CountingFolder.served = 0
+        loader = ConsistentBatchTrainer.build_train_loader(config(args.data, stage0_only))[0]
+        write_rank_result(stage0_only=stage0_only, digests=digests(loader), served=CountingFolder.served,
+                          loader=type(loader).__name__)
+
+
+if __name__ == "__main__":
+    main()
