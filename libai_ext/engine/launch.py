@@ -72,26 +72,41 @@ def write_run_info(cfg, trainer_cls, wall_time_s, results):
         json.dump(info, f, indent=2, default=float)
 
 
-def main(args):
+def setup(args):
+    """Load and check the config, then set up every rank: patches, LiBai's setup, logging, seeds."""
     cfg = load_config(args)
     trainer_cls = check_config(cfg)
     apply_cpu_patches()
     default_setup(cfg, args)
     setup_logger(cfg.train.output_dir, distributed_rank=dist.get_rank(), name="libai_ext")
     seed_from_config(cfg)
+    return cfg, trainer_cls
+
+
+def build_trainer(cfg, trainer_cls):
+    """The configured trainer with this project's hooks (raw losses, batch check) installed."""
+    trainer = trainer_cls(cfg)
+    trainer.register_hooks([RawLossWriter(cfg.train.output_dir)])
+    install_batch_check(trainer, try_get_key(cfg, "train.batch_check", default="off"))
+    return trainer
+
+
+def train(cfg, trainer_cls, trainer):
+    """Train, record run_info.json, log and return the final evaluation."""
     start = time.perf_counter()
-    if args.eval_only:
-        results = evaluate_only(cfg, args, trainer_cls)
-    else:
-        trainer = trainer_cls(cfg)
-        trainer.register_hooks([RawLossWriter(cfg.train.output_dir)])
-        install_batch_check(trainer, try_get_key(cfg, "train.batch_check", default="off"))
-        trainer.train()
-        results = getattr(trainer, "_last_eval_results", None)
+    trainer.train()
+    results = getattr(trainer, "_last_eval_results", None)
     write_run_info(cfg, trainer_cls, time.perf_counter() - start, results)
     if results and dist.is_main_process():
         logger.info(f"final evaluation ({trainer_cls.__name__}): {dict(results)}")
     return results
+
+
+def main(args):
+    cfg, trainer_cls = setup(args)
+    if args.eval_only:
+        return evaluate_only(cfg, args, trainer_cls)
+    return train(cfg, trainer_cls, build_trainer(cfg, trainer_cls))
 
 
 def cli(argv=None):
