@@ -37,8 +37,13 @@ def layer_seed():
 
 
 class _CounterStream(nn.Module):
-    def __init__(self, layer_idx):
+    """Drops what a mask drawn from this layer's counter-based stream says, scaling the rest."""
+
+    def __init__(self, rate, layer_idx, what):
+        if not 0.0 <= rate < 1.0:
+            raise ValueError(f"{what} must be in [0, 1), got {rate}")
         super().__init__()
+        self.rate = rate
         self.stream = f"#{next(_construction_order)}"
         self.layer_idx = layer_idx
         replicated = dist.get_nd_sbp([flow.sbp.broadcast, flow.sbp.broadcast])
@@ -56,26 +61,24 @@ class _CounterStream(nn.Module):
         self.calls.add_(1)
         return values
 
-    def uniform_like(self, x, shape=None, sbp=None):
-        if not x.is_global:
-            return self.uniform(shape or x.shape)
-        return self.uniform(shape or x.shape, x.placement, sbp or x.sbp)
+    def drop(self, x, mask_shape=None, mask_sbp=None):
+        """``x`` with a mask of ``mask_shape`` (default: x's) applied, in training only."""
+        if not self.training or self.rate == 0.0:
+            return x
+        shape = mask_shape or x.shape
+        values = self.uniform(shape, x.placement, mask_sbp or x.sbp) if x.is_global else self.uniform(shape)
+        return x * (values >= self.rate).to(x.dtype) / (1.0 - self.rate)
 
 
 class Dropout(_CounterStream):
     """Element-wise dropout: zeroes each element with probability ``p``, scales the rest by 1/(1-p)."""
 
     def __init__(self, p=0.5, *, layer_idx=0):
-        if not 0.0 <= p < 1.0:
-            raise ValueError(f"Dropout probability must be in [0, 1), got {p}")
-        super().__init__(layer_idx)
+        super().__init__(p, layer_idx, "Dropout probability p")
         self.p = p
 
     def forward(self, x):
-        if not self.training or self.p == 0.0:
-            return x
-        keep = (self.uniform_like(x) >= self.p).to(x.dtype)
-        return x * keep / (1.0 - self.p)
+        return self.drop(x)
 
     def extra_repr(self):
         return f"p={self.p}, layer_idx={self.layer_idx}"
@@ -85,19 +88,13 @@ class DropPath(_CounterStream):
     """Stochastic depth: drops a whole sample's residual branch with probability ``drop_prob``."""
 
     def __init__(self, drop_prob=0.0, *, layer_idx=0):
-        if not 0.0 <= drop_prob < 1.0:
-            raise ValueError(f"DropPath drop_prob must be in [0, 1), got {drop_prob}")
-        super().__init__(layer_idx)
+        super().__init__(drop_prob, layer_idx, "DropPath drop_prob")
         self.drop_prob = drop_prob
 
     def forward(self, x):
-        if not self.training or self.drop_prob == 0.0:
-            return x
-        shape = (x.shape[0],) + (1,) * (x.ndim - 1)
         # One value per sample: only splits of the batch dim apply to the mask.
         sbp = [s if s == flow.sbp.split(0) else flow.sbp.broadcast for s in x.sbp] if x.is_global else None
-        keep = (self.uniform_like(x, shape, sbp) >= self.drop_prob).to(x.dtype)
-        return x * keep / (1.0 - self.drop_prob)
+        return self.drop(x, (x.shape[0],) + (1,) * (x.ndim - 1), sbp)
 
     def extra_repr(self):
         return f"drop_prob={self.drop_prob}, layer_idx={self.layer_idx}"

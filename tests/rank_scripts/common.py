@@ -2,7 +2,9 @@
 import argparse
 
 import oneflow as flow
-from omegaconf import DictConfig
+from libai.config import LazyCall
+from libai.data.build import build_image_train_loader
+from omegaconf import DictConfig, OmegaConf
 
 import libai_ext
 from libai.utils import distributed as dist
@@ -30,6 +32,18 @@ def setup_layout(args):
         args.dp, args.tp, args.pp), "launch with nproc = dp * tp * pp"
 
 
+def setup_layout_and_digits():
+    """Parse --dp/--tp/--pp and --data, set the layout up, write the digits folder; returns args."""
+    from libai_ext.data import ensure_digits_cifar
+
+    parser = layout_parser()
+    parser.add_argument("--data", required=True)
+    args = parser.parse_args()
+    setup_layout(args)
+    ensure_digits_cifar(args.data)
+    return args
+
+
 def replicated_on_stage0(tensor):
     """The whole global ``tensor``, as a local tensor on every stage-0 rank (None elsewhere)."""
     stage0 = dist.get_layer_placement(0)
@@ -40,3 +54,13 @@ def replicated_on_stage0(tensor):
 
 def on_stage0():
     return flow.env.get_rank() in dist.get_layer_placement(0).ranks.flatten().tolist()
+
+
+def image_loader_config(dataset, micro_batch, mixup_func=None, **train):
+    """The part of a LiBai config that ``DefaultTrainer.build_train_loader`` reads."""
+    cfg = OmegaConf.create()
+    cfg.graph = dict(enabled=False)
+    cfg.train = dict(train_micro_batch_size=micro_batch, test_micro_batch_size=micro_batch, seed=0, **train)
+    cfg.dataloader = dict(train=LazyCall(build_image_train_loader)(
+        dataset=[dataset], num_workers=0, mixup_func=mixup_func))
+    return cfg

@@ -6,41 +6,24 @@ back from the last stage) are those samples' labels.
 """
 import numpy as np
 from libai.config import LazyCall
-from libai.data.build import build_image_train_loader
 from libai.engine import DefaultTrainer
-from omegaconf import OmegaConf
 
-from common import layout_parser, on_stage0, replicated_on_stage0, setup_layout
+from common import image_loader_config, on_stage0, replicated_on_stage0, setup_layout_and_digits
 from libai_ext import ConsistentBatchTrainer
-from libai_ext.data import CIFAR100Folder, cifar_test_transform, ensure_digits_cifar
+from libai_ext.data import CIFAR100Folder, cifar_test_transform
 from libai_ext.testing import write_rank_result
 
 TRAINERS = {"stock": DefaultTrainer, "fixed": ConsistentBatchTrainer}
 MICRO_BATCH = 8
 
 
-def loader_config(data_root):
-    """The part of a LiBai config that DefaultTrainer.build_train_loader reads."""
-    cfg = OmegaConf.create()
-    cfg.graph = dict(enabled=False)
-    cfg.train = dict(train_micro_batch_size=MICRO_BATCH, test_micro_batch_size=MICRO_BATCH, seed=0)
-    cfg.dataloader = dict(train=LazyCall(build_image_train_loader)(
-        dataset=[LazyCall(CIFAR100Folder)(root=data_root, train=True,
-                                          transform=LazyCall(cifar_test_transform)())],
-        num_workers=0))
-    return cfg
-
-
 def main():
-    parser = layout_parser()
-    parser.add_argument("--data", required=True)
-    args = parser.parse_args()
-    setup_layout(args)
-    ensure_digits_cifar(args.data)
+    args = setup_layout_and_digits()
     dataset = CIFAR100Folder(args.data, train=True, transform=cifar_test_transform())
     label_of = {dataset[i].get("images").tensor.numpy().tobytes(): int(dataset.targets[i]) for i in range(len(dataset))}
     for name, trainer in TRAINERS.items():
-        loader = trainer.build_train_loader(loader_config(args.data))[0]
+        folder = LazyCall(CIFAR100Folder)(root=args.data, train=True, transform=LazyCall(cifar_test_transform)())
+        loader = trainer.build_train_loader(image_loader_config(folder, MICRO_BATCH))[0]
         batch = trainer.get_batch(next(iter(loader)))
         images = replicated_on_stage0(batch["images"])
         labels = replicated_on_stage0(batch["labels"])

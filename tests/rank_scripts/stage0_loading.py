@@ -8,12 +8,10 @@ import hashlib
 
 import oneflow as flow
 from libai.config import LazyCall
-from libai.data.build import build_image_train_loader
-from omegaconf import OmegaConf
 
-from common import layout_parser, on_stage0, replicated_on_stage0, setup_layout
+from common import image_loader_config, on_stage0, replicated_on_stage0, setup_layout_and_digits
 from libai_ext import ConsistentBatchTrainer, seed_everything
-from libai_ext.data import CIFAR100Folder, build_mixup, cifar_train_transform, ensure_digits_cifar
+from libai_ext.data import CIFAR100Folder, build_mixup, cifar_train_transform
 from libai_ext.testing import write_rank_result
 
 STEPS = 3
@@ -28,14 +26,9 @@ class CountingFolder(CIFAR100Folder):
 
 
 def config(data_root, stage0_only):
-    cfg = OmegaConf.create()
-    cfg.graph = dict(enabled=False)
-    cfg.train = dict(train_micro_batch_size=8, test_micro_batch_size=8, seed=0, stage0_only_loading=stage0_only)
-    cfg.dataloader = dict(train=LazyCall(build_image_train_loader)(
-        dataset=[LazyCall(CountingFolder)(root=data_root, train=True,
-                                          transform=LazyCall(cifar_train_transform)(hflip=False))],
-        num_workers=0, mixup_func=LazyCall(build_mixup)(num_classes=10)))
-    return cfg
+    folder = LazyCall(CountingFolder)(root=data_root, train=True,
+                                      transform=LazyCall(cifar_train_transform)(hflip=False))
+    return image_loader_config(folder, 8, LazyCall(build_mixup)(num_classes=10), stage0_only_loading=stage0_only)
 
 
 def digests(loader):
@@ -49,11 +42,7 @@ def digests(loader):
 
 
 def main():
-    parser = layout_parser()
-    parser.add_argument("--data", required=True)
-    args = parser.parse_args()
-    setup_layout(args)
-    ensure_digits_cifar(args.data)
+    args = setup_layout_and_digits()
     for stage0_only in (False, True):
         seed_everything(1234, scope="rank")
         CountingFolder.served = 0
