@@ -6,7 +6,6 @@ its dataset served.
 """
 import hashlib
 
-import oneflow as flow
 from libai.config import LazyCall
 
 from common import image_loader_config, on_stage0, replicated_on_stage0, setup_layout_and_digits
