@@ -34,10 +34,11 @@ $(STAMP): pyproject.toml
 
 # The main job: a 2-stage pipeline on 2 CPU ranks with ConsistentBatchTrainer (a few minutes).
 DEMO_ARGS ?=
+DEMO_OUTPUT ?= output/demo_pipeline_cpu
 demo: setup
 	timeout 1800 $(PY) -m oneflow.distributed.launch --nproc_per_node 2 \
-	  tools/train_net.py --config-file configs/demo_pipeline_cpu.py $(DEMO_ARGS)
-	@$(PY) tools/print_run.py output/demo_pipeline_cpu
+	  tools/train_net.py --config-file configs/demo_pipeline_cpu.py train.output_dir=$(DEMO_OUTPUT) $(DEMO_ARGS)
+	@$(PY) tools/print_run.py $(DEMO_OUTPUT)
 
 test: setup
 	$(PY) -m pytest tests $(PYTEST_ARGS)
