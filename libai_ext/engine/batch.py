@@ -19,10 +19,11 @@ def nd_sbp_from_names(sbp_list, field_name):
         kind, _, dim = name.partition("_")
         if kind == "split" and dim.isdigit():
             parsed.append(flow.sbp.split(int(dim)))
-        elif not dim and kind in ("broadcast", "partial_sum"):
-            parsed.append(getattr(flow.sbp, kind))
+        elif name == "broadcast":
+            parsed.append(flow.sbp.broadcast)
         else:
-            raise ValueError(f"batch field {field_name!r}: unknown sbp {name!r} in sbp_list={sbp_list}")
+            raise ValueError(f"batch field {field_name!r}: sbp {name!r} in sbp_list={sbp_list} is not "
+                             "'broadcast' or 'split_<dim>'")
     return dist.get_nd_sbp(parsed)
 
 
