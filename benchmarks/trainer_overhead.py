@@ -5,8 +5,10 @@
 Trains the demo model (configs/demo_pipeline_cpu.py, augmentation and mixup on, no
 evaluation) on 2 ranks (pp2), 4 ranks (dp2 x pp2) and 8 ranks (dp2 x tp2 x pp2).  The three
 variants run interleaved, `--repeats` times, in one invocation.  Reports the median step
-time on rank 0 (after `--warmup` iterations), the median data time per stage, and the
-ratios to stock.  Writes benchmarks/results/trainer_overhead.md.
+time on rank 0 (after `--warmup` iterations) and, per stage, the median load time
+(`next(loader)`: reading + augmentation) and LiBai's data time (load + `get_batch`, which
+outside stage 0 includes waiting for stage 0's batch), with ratios to stock.
+Writes benchmarks/results/trainer_overhead.md.
 """
 import argparse
 import json
@@ -45,26 +47,37 @@ def run(nproc, variant, iters, workdir):
     return timings
 
 
-def summarize(timings, nproc, warmup):
+def stage_medians(timings, nproc, key, warmup):
+    """{stage: median of `key` over its ranks and iterations}."""
     per_stage = nproc // LAYOUTS[nproc][2]
-    step = statistics.median(timings[0]["step_times"][warmup:])
-    data = {stage: statistics.median(t for r in range(nproc) if r // per_stage == stage
-                                     for t in timings[r]["data_times"][warmup:])
+    return {stage: statistics.median(t for r in range(nproc) if r // per_stage == stage
+                                     for t in timings[r][key][warmup:])
             for stage in range(LAYOUTS[nproc][2])}
-    return step, data
+
+
+def summarize(timings, nproc, warmup):
+    step = statistics.median(timings[0]["step_times"][warmup:])
+    return step, {key: stage_medians(timings, nproc, key, warmup) for key in ("load_times", "data_times")}
+
+
+def later_stages(by_stage):
+    return statistics.mean(v for stage, v in by_stage.items() if stage > 0)
 
 
 def table(results):
-    lines = ["| ranks (dp,tp,pp) | trainer | step time (s) | step / stock | data time stage 0 (ms) "
-             "| data time other stages (ms) | other stages / stock |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| ranks (dp,tp,pp) | trainer | step time (s) | step / stock | load ms, stage 0 "
+             "| load ms, other stages | other stages' load / stock | data_time ms, other stages "
+             "| other stages' data_time / stock |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for nproc, by_variant in results.items():
-        stock_step, stock_data = by_variant["stock"]
-        for variant, (step, data) in by_variant.items():
-            others = statistics.mean(v for s, v in data.items() if s > 0)
-            stock_others = statistics.mean(v for s, v in stock_data.items() if s > 0)
-            lines.append(f"| {nproc} {LAYOUTS[nproc]} | {variant} | {step:.3f} | {step / stock_step:.3f} "
-                         f"| {1e3 * data[0]:.2f} | {1e3 * others:.3f} | {others / stock_others:.3f} |")
+        stock_step, stock = by_variant["stock"]
+        for variant, (step, times) in by_variant.items():
+            load, data = later_stages(times["load_times"]), later_stages(times["data_times"])
+            lines.append(
+                f"| {nproc} {LAYOUTS[nproc]} | {variant} | {step:.3f} | {step / stock_step:.3f} "
+                f"| {1e3 * times['load_times'][0]:.2f} | {1e3 * load:.3f} "
+                f"| {load / later_stages(stock['load_times']):.4f} | {1e3 * data:.2f} "
+                f"| {data / later_stages(stock['data_times']):.3f} |")
     return "\n".join(lines)
 
 
@@ -85,8 +98,9 @@ def main():
                 timings = run(nproc, variant, args.iters, os.path.join(workdir, f"r{repeat}"))
                 samples[variant].append(summarize(timings, nproc, args.warmup))
                 print(f"{nproc} ranks, {variant}, repeat {repeat}: step {samples[variant][-1][0]:.3f} s", flush=True)
-        results[nproc] = {v: (statistics.median(s for s, _ in runs),
-                              {st: statistics.median(d[st] for _, d in runs) for st in runs[0][1]})
+        results[nproc] = {v: (statistics.median(step for step, _ in runs),
+                              {key: {st: statistics.median(t[key][st] for _, t in runs) for st in runs[0][1][key]}
+                               for key in runs[0][1]})
                           for v, runs in samples.items()}
     text = table(results)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
