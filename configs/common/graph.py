@@ -1,9 +1,10 @@
 from omegaconf import DictConfig
 
 from libai.config import LazyCall
-from libai.models.utils import GraphBase
+from libai_ext.engine.graph import GraphBase
 
-# Eager by default.  (LiBai 0.1.1's GraphBase does not build on OneFlow 0.9.0.)
+# Eager by default; graph.enabled=True builds these (libai_ext's GraphBase works on OneFlow 0.9.0,
+# LiBai 0.1.1's libai.models.utils.GraphBase does not).
 graph = DictConfig(dict(
     enabled=False,
     debug=-1,

@@ -1,5 +1,8 @@
 """Shared set-up for the scripts that tests run on every rank."""
 import argparse
+import os
+import sys
+import traceback
 
 import oneflow as flow
 from libai.config import LazyCall
@@ -64,3 +67,17 @@ def image_loader_config(dataset, micro_batch, mixup_func=None, **train):
     cfg.dataloader = dict(train=LazyCall(build_image_train_loader)(
         dataset=[dataset], num_workers=0, mixup_func=mixup_func))
     return cfg
+
+
+def run_or_die(main):
+    """Run ``main``; on any error print it and end the process at once.
+
+    A rank that raises can block at exit waiting on its peers: dying at once lets the
+    harness see the failure.
+    """
+    try:
+        main()
+    except BaseException:
+        traceback.print_exc()
+        sys.stdout.flush()
+        os._exit(1)

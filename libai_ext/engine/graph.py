@@ -1,0 +1,233 @@
+"""``GraphBase``: LiBai's static-graph wrapper rewritten for OneFlow 0.9.0.
+
+LiBai 0.1.1's ``libai.models.utils.GraphBase`` reaches graph-side settings through
+``module.origin`` / ``module.config``, which OneFlow 0.9.0 no longer has: inside an
+``nn.Graph`` a module is a ``ProxyModule``, its original module is
+``proxy.to(nn.Module)`` and its graph settings (stage, activation checkpointing) are
+``proxy.to(GraphModule)``.  This class takes the same constructor arguments as LiBai's
+(``libai.models.build_graph`` fills them from the config), so a config selects it with
+
+    graph.train_graph = LazyCall(GraphBase)(is_train=True)
+    graph.eval_graph = LazyCall(GraphBase)(is_train=False)
+
+Pipeline stages are set generically (see ``assign_pipeline_stages``): no per-model code.
+"""
+import logging
+
+import oneflow as flow
+from oneflow import nn
+from oneflow.nn.graph import GraphModule
+
+from libai.utils import distributed as dist
+
+logger = logging.getLogger(__name__)
+
+STAGE_HOOK = "set_graph_stages"
+
+
+class GraphConfigError(ValueError):
+    """A graph option that cannot work here; the message names the config key."""
+
+
+def check_graph_options(fp16=False, zero_optim=False, grad_acc_steps=1, data_parallel_size=1,
+                        tensor_parallel_size=1, cuda=None):
+    """Refuse what OneFlow 0.9.0 train graphs cannot do on this host; each message names its config key.
+
+    CPU findings (OneFlow 0.9.0, measured on 2-8 CPU ranks):
+
+    * AMP: the graph AMP pass converts CUDA ops only.  On CPU it inserts no cast at all and
+      the losses are bit-identical to float32, so fp16 would be silently ignored.
+    * ZeRO, and data x tensor parallel layouts (dp > 1 and tp > 1): the first training step
+      aborts every rank in the CPU transport (``register.cpp:75 Check failed:
+      separated_header_mem_ptr() == nullptr`` from ``EpollCommNet::SendActorMsg``).  Which
+      jobs hit it depends on the boxing the compiler picks (the demo mixer at its real size
+      does; toy sizes may not), so these layouts are refused as a whole.
+    """
+    cuda = flow.cuda.is_available() if cuda is None else cuda
+    if isinstance(grad_acc_steps, bool) or not isinstance(grad_acc_steps, int) or grad_acc_steps < 1:
+        raise GraphConfigError(f"train.num_accumulation_steps must be an int >= 1, got {grad_acc_steps!r}")
+    if cuda:
+        return
+    if fp16:
+        raise GraphConfigError(
+            "train.amp.enabled=True does nothing on CPU ranks: OneFlow 0.9.0's graph AMP only converts "
+            "CUDA ops (the job would silently train in float32). Set train.amp.enabled=False.")
+    if zero_optim:
+        raise GraphConfigError(
+            "train.zero_optimization.enabled=True with graph.enabled=True aborts OneFlow 0.9.0 on CPU "
+            "ranks (register.cpp:75 separated_header_mem_ptr() == nullptr in the CPU transport). "
+            "Set train.zero_optimization.enabled=False, or train in eager mode (graph.enabled=False).")
+    if data_parallel_size > 1 and tensor_parallel_size > 1:
+        raise GraphConfigError(
+            f"graph.enabled=True with train.dist.data_parallel_size={data_parallel_size} and "
+            f"train.dist.tensor_parallel_size={tensor_parallel_size} aborts OneFlow 0.9.0 on CPU ranks "
+            "(register.cpp:75 separated_header_mem_ptr() == nullptr in the CPU transport). "
+            "Use eager mode (graph.enabled=False) for data x tensor parallel layouts on CPU, or a "
+            "layout with only one of them (dp x pp or tp x pp work in graph mode).")
+
+
+def layer_stages():
+    """``{ranks tuple: (stage_id, placement)}`` for every pipeline stage of LiBai's layout."""
+    util = dist.get_dist_util()
+    stages = {}
+    # LiBai 0.1.1 keeps pipeline_num_layers only as the length of this list (no public getter).
+    for layer_idx in range(len(util._layer_ranks)):
+        placement = dist.get_layer_placement(layer_idx)
+        key = tuple(placement.ranks.flatten().tolist())
+        stages.setdefault(key, (util.get_layer_stage_id(layer_idx), placement))
+    return stages
+
+
+def layer_idx_of(module):
+    """The module's ``layer_idx`` if it is an int (LiBai's convention), else None."""
+    layer_idx = getattr(module, "layer_idx", None)
+    return layer_idx if isinstance(layer_idx, int) and not isinstance(layer_idx, bool) else None
+
+
+def stage_of(module, stages):
+    """``(stage_id, placement)`` of an original module, or None when it does not say.
+
+    A module with an int ``layer_idx`` (LiBai's convention: ``TransformerLayer``,
+    ``LayerNorm``, this project's blocks) is on that layer's stage.  Otherwise its own
+    (non-recursive) parameters and buffers decide, if they all live on one stage's
+    ranks: that covers LiBai's ``Linear``, which keeps no ``layer_idx``.
+    """
+    layer_idx = layer_idx_of(module)
+    if layer_idx is not None:
+        return dist.get_dist_util().get_layer_stage_id(layer_idx), dist.get_layer_placement(layer_idx)
+    tensors = list(module.parameters(recurse=False)) + list(module.buffers(recurse=False))
+    if not tensors or not all(t.is_global for t in tensors):
+        return None
+    keys = {tuple(t.placement.ranks.flatten().tolist()) for t in tensors}
+    return stages.get(keys.pop()) if len(keys) == 1 else None
+
+
+def assign_pipeline_stages(proxy, stages=None, inherited=None):
+    """Walk the graph's modules and ``set_stage`` where a module changes stage.
+
+    A module's scope inherits its parent's stage in OneFlow, so a stage is only set
+    where it differs from the nearest ancestor's: fewer inserted ``to_global`` /
+    identity ops.  ``set_stage`` with a placement also moves the module's inputs to
+    that stage, which the models do themselves already; it costs nothing then.
+    Returns the number of modules whose stage was set.
+    """
+    stages = layer_stages() if stages is None else stages
+    count = 0
+    found = stage_of(proxy.to(nn.Module), stages)
+    if found is not None and found[0] != inherited:
+        proxy.to(GraphModule).set_stage(found[0], found[1])
+        inherited = found[0]
+        count += 1
+    for child in proxy._modules.values():
+        count += assign_pipeline_stages(child, stages, inherited)
+    return count
+
+
+def outermost_layer_modules(proxy):
+    """The modules with a ``layer_idx`` that are not inside another one (blocks, not their norms)."""
+    if layer_idx_of(proxy.to(nn.Module)) is not None:
+        return [proxy]
+    found = []
+    for child in proxy._modules.values():
+        found += outermost_layer_modules(child)
+    return found
+
+
+def graph_module_settings(graph):
+    """``{module name: {"stage": id, "checkpointing": True}}`` for the modules of ``graph.model`` with any.
+
+    The root model is named ``""``; children as in ``named_modules()``.  For logs and tests.
+    """
+    table = {}
+
+    def walk(proxy, name):
+        block = proxy.to(GraphModule)
+        entry = {}
+        if block.stage_id is not None:
+            entry["stage"] = block.stage_id
+        if block.activation_checkpointing:
+            entry["checkpointing"] = True
+        if entry:
+            table[name] = entry
+        for child_name, child in proxy._modules.items():
+            walk(child, f"{name}.{child_name}" if name else child_name)
+
+    walk(graph.model, "")
+    return table
+
+
+class GraphBase(nn.Graph):
+    """A train or eval graph around a LiBai model, for OneFlow 0.9.0.
+
+    Same arguments as ``libai.models.utils.GraphBase`` (LiBai 0.1.1):
+
+    * ``grad_acc_steps`` (``train.num_accumulation_steps``): graph gradient accumulation;
+      each call takes ``micro_batch * grad_acc_steps`` rows and returns per-micro-batch losses.
+    * ``activation_checkpoint`` (``train.activation_checkpoint.enabled``): recompute the
+      outermost modules that have a ``layer_idx`` (the blocks) in the backward pass.
+    * ``fp16`` (``train.amp.enabled``): graph AMP with a dynamic loss scaler; CUDA only.
+    * ``zero_optim`` / ``zero_stage`` (``train.zero_optimization``): OneFlow's ZeRO.
+
+    Pipeline stages: every module with an int ``layer_idx``, and every module whose own
+    parameters sit on one stage's ranks, gets ``set_stage(stage_id, placement)``.  A model
+    may refine that with a method ``set_graph_stages(self, graph_model)`` that receives
+    the graph's ``ProxyModule`` (use ``graph_model.<child>.to(GraphModule).set_stage(...)``);
+    it runs after the automatic pass.  LiBai 0.1.1 models' own ``set_pipeline_stage_id``
+    is not called: it is written against the pre-0.9 ``.origin`` API.
+    """
+
+    def __init__(self, model, optimizer=None, lr_scheduler=None, fp16=False, activation_checkpoint=False,
+                 grad_acc_steps=1, zero_optim=False, zero_stage=0, is_train=True):
+        super().__init__()
+        if is_train:
+            util = dist.get_dist_util()
+            check_graph_options(fp16, zero_optim, grad_acc_steps,
+                                util.data_parallel_size, util.tensor_parallel_size)
+        self.model = model
+        self.is_train = is_train
+        if is_train:
+            if optimizer is None:
+                raise GraphConfigError("a train graph needs an optimizer (config key: optim)")
+            self.add_optimizer(optimizer, lr_sch=lr_scheduler)
+            if fp16:
+                self.config.enable_amp(True)
+                self.set_grad_scaler(flow.amp.GradScaler(
+                    init_scale=2 ** 30, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000))
+            if grad_acc_steps > 1:
+                self.config.set_gradient_accumulation_steps(grad_acc_steps)
+            if activation_checkpoint:
+                self.set_activation_checkpoint()
+            if zero_optim:
+                # 0.9.0 renamed LiBai's set_zero_redundancy_optimizer_mode to enable_zero.
+                self.config.enable_zero(True, stage=max(1, int(zero_stage)))
+        self.set_pipeline_stage_id()
+        self.config.allow_fuse_add_to_output(True)
+        self.config.allow_fuse_model_update_ops(True)
+        self.config.allow_fuse_cast_scale(True)
+        if flow.cuda.is_available():
+            # As LiBai: communication on the compute stream saves memory under model parallelism.
+            flow.boxing.nccl.enable_use_compute_stream(True)
+
+    def build(self, **kwargs):
+        outputs = self.model(**kwargs)
+        if self.is_train:
+            sum(outputs.values()).backward()
+        return outputs
+
+    def set_activation_checkpoint(self):
+        blocks = outermost_layer_modules(self.model)
+        if not blocks:
+            raise GraphConfigError(
+                "train.activation_checkpoint.enabled=True, but the model has no module with a "
+                "layer_idx to recompute")
+        for block in blocks:
+            block.to(GraphModule).activation_checkpointing = True
+
+    def set_pipeline_stage_id(self):
+        count = 0
+        if dist.get_dist_util().is_pipeline_model_parallel():
+            count = assign_pipeline_stages(self.model)
+        hook = getattr(self.model.to(nn.Module), STAGE_HOOK, None)
+        if callable(hook):
+            hook(self.model)
+        logger.debug(f"{type(self).__name__}: pipeline stage set on {count} modules")

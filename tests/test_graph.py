@@ -1,0 +1,156 @@
+"""Static-graph training (graph.enabled=True) with libai_ext's GraphBase on OneFlow 0.9.0 CPU ranks.
+
+Each multi-rank job runs once per module and is shared by the tests that read it.
+"""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from conftest import rank_script
+from libai_ext.testing import launch
+
+DEMO = "configs/demo_pipeline_cpu.py"
+LAUNCH_TIMEOUT = 600  # generous: other test runs may share the two cores
+
+
+# --- a. pairing through a train graph step -------------------------------------------------
+
+PAIRING_LAYOUTS = [(1, 1, 2), (2, 1, 2)]  # (dp, tp, pp); dp x tp graphs are refused on CPU (see below)
+
+
+@pytest.fixture(scope="module", params=PAIRING_LAYOUTS, ids=lambda l: "dp%d-tp%d-pp%d" % l)
+def graph_pairing(request, tmp_path_factory):
+    dp, tp, pp = request.param
+    result = launch(rank_script("graph_pairing.py"), dp * tp * pp, ["--dp", dp, "--tp", tp, "--pp", pp],
+                    timeout=LAUNCH_TIMEOUT, workdir=str(tmp_path_factory.mktemp("graph-pairing")))
+    return {(r["trainer"], r["mixup"]): r for r in result.records(0)}
+
+
+@pytest.mark.parametrize("mixup", [False, True], ids=["plain", "mixup"])
+def test_consistent_batch_trainer_pairs_hold_in_a_train_graph(graph_pairing, mixup):
+    record = graph_pairing[("fixed", mixup)]
+    assert record["mismatch"] == 0, f"{record['mismatch']} of {record['rows']} rows unpaired"
+
+
+@pytest.mark.parametrize("mixup", [False, True], ids=["plain", "mixup"])
+def test_stock_get_batch_breaks_pairs_in_a_train_graph(graph_pairing, mixup):
+    record = graph_pairing[("stock", mixup)]
+    assert record["mismatch"] > 0, "stock LiBai kept the pairs: the test cannot see the bug"
+
+
+def test_pairing_model_modules_get_their_stages(graph_pairing):
+    assert graph_pairing[("fixed", False)]["modules"] == {"read": {"stage": 0}, "check": {"stage": 1}}
+
+
+# --- b, d. graph vs eager on the demo model, pp2 ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def parity(tmp_path_factory):
+    """Raw per-iteration losses of the demo model in every mode of rank_scripts/graph_parity.py."""
+    work = tmp_path_factory.mktemp("graph-parity")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    args = ["--config", os.path.join(root, DEMO), "--data", work / "data", "--output", work / "out",
+            "--iters", 10, "--modes", "eager,graph,graph_ckpt,eager_acc2,graph_acc2"]
+    result = launch(rank_script("graph_parity.py"), 2, args, timeout=LAUNCH_TIMEOUT, workdir=str(work / "logs"))
+    return {r["mode"]: r for r in result.records(0)}
+
+
+def test_same_seed_gives_the_same_initial_weights_in_every_mode(parity):
+    weights = {mode: tuple(r["initial_weights"]) for mode, r in parity.items()}
+    assert len(set(weights.values())) == 1, weights
+
+
+def test_graph_and_eager_losses_agree_for_10_iterations(parity):
+    """Same seed and weights, no random crop, no mixup, no dropout (rank_scripts/graph_parity.py)."""
+    eager, graph = np.array(parity["eager"]["losses"]), np.array(parity["graph"]["losses"])
+    assert len(eager) == len(graph) == 10
+    assert np.ptp(eager) > 1e-2, "the loss did not move: the comparison would prove nothing"
+    assert np.abs(graph - eager).max() < 1e-4, np.abs(graph - eager)
+
+
+def test_demo_mixer_stages_follow_layer_idx(parity):
+    expected = {"embed": 0, "blocks.0": 0, "blocks.1": 0, "blocks.2": 1, "blocks.3": 1, "norm": 1, "head": 1}
+    modules = parity["graph"]["modules"]
+    assert {name: entry["stage"] for name, entry in modules.items()} == expected
+
+
+def test_activation_checkpointing_recomputes_blocks_and_keeps_the_losses(parity):
+    plain, ckpt = parity["graph"], parity["graph_ckpt"]
+    checkpointed = sorted(n for n, entry in ckpt["modules"].items() if entry.get("checkpointing"))
+    assert checkpointed == ["blocks.0", "blocks.1", "blocks.2", "blocks.3", "norm"]
+    assert ckpt["compiled_ops"] > plain["compiled_ops"], "no recomputed ops in the compiled job"
+    assert np.abs(np.array(ckpt["losses"]) - plain["losses"]).max() < 1e-6
+
+
+def test_graph_gradient_accumulation_matches_eager_micro_batches(parity):
+    """num_accumulation_steps=2: one graph step = mean loss of two eager micro-batches (constant LR)."""
+    eager = np.array(parity["eager_acc2"]["losses"]).reshape(-1, 2).mean(axis=1)
+    graph = np.array(parity["graph_acc2"]["losses"])
+    assert len(graph) == 5
+    assert np.abs(graph - eager).max() < 1e-4, np.abs(graph - eager)
+
+
+# --- c. tools/train_net.py in graph mode, and the refusals ----------------------------------
+
+TINY = ["train.train_iter=6", "train.log_period=2", "train.evaluation.eval_period=6",
+        "train.test_micro_batch_size=90", "train.evaluation.eval_iter=2", "graph.enabled=True"]
+
+
+def train_net(repo_root, tmp_path, nproc, *overrides, check=True):
+    output, data = tmp_path / "out", tmp_path / "data"
+    args = ["--config-file", os.path.join(repo_root, DEMO), *TINY, f"train.output_dir={output}",
+            f"dataloader.train.dataset.0.root.root={data}", f"dataloader.test.0.dataset.root.root={data}",
+            *overrides]
+    result = launch(os.path.join(repo_root, "tools", "train_net.py"), nproc, args, timeout=LAUNCH_TIMEOUT,
+                    check=check, stop_on_failure=check, workdir=str(tmp_path / "logs"))
+    return output, result
+
+
+def test_train_net_graph_mode_trains_and_evaluates_pp2(repo_root, tmp_path):
+    """The demo as is (random crop, mixup) with ConsistentBatchTrainer and graph.enabled=True."""
+    output, _ = train_net(repo_root, tmp_path, 2)
+    info = json.loads((output / "run_info.json").read_text())
+    assert info["trainer"].endswith("ConsistentBatchTrainer")
+    assert "Acc@1" in info["final_eval"]
+    metrics = [json.loads(line) for line in (output / "metrics.json").read_text().splitlines()]
+    assert max(m["iteration"] for m in metrics) == 6
+    assert all(np.isfinite(m["total_loss"]) for m in metrics if "total_loss" in m)
+
+
+def assert_every_rank_refused(result, nproc, message):
+    # The launcher stops the other ranks once one exits with an error, so not every rank
+    # records its exit code; every rank must have printed the refusal, though.
+    assert not result.timed_out and result.failed_ranks()
+    silent = [rank for rank in range(nproc) if message not in result.log(rank)]
+    assert not silent, f"ranks {silent} did not refuse; rank {silent[0]} log:\n{result.log(silent[0])[-3000:]}"
+
+
+def test_amp_is_refused_on_cpu_ranks(repo_root, tmp_path):
+    _, result = train_net(repo_root, tmp_path, 2, "train.amp.enabled=True", check=False)
+    assert_every_rank_refused(result, 2, "train.amp.enabled=True does nothing on CPU ranks")
+
+
+def test_data_x_tensor_parallel_graph_is_refused_on_8_cpu_ranks(repo_root, tmp_path):
+    """(2,2,2) graph training aborts OneFlow 0.9.0's CPU transport; every rank must refuse it instead."""
+    _, result = train_net(repo_root, tmp_path, 8, "train.dist.data_parallel_size=2",
+                          "train.dist.tensor_parallel_size=2", check=False)
+    assert_every_rank_refused(result, 8, "train.dist.data_parallel_size=2 and train.dist.tensor_parallel_size=2")
+
+
+def test_check_graph_options():
+    from libai_ext.engine.graph import GraphConfigError, check_graph_options
+
+    check_graph_options(grad_acc_steps=4, data_parallel_size=2, cuda=False)  # dp x pp: fine
+    check_graph_options(fp16=True, zero_optim=True, data_parallel_size=2, tensor_parallel_size=2, cuda=True)
+    refusals = {
+        "train.amp.enabled": dict(fp16=True),
+        "train.zero_optimization.enabled": dict(zero_optim=True),
+        "train.dist.tensor_parallel_size=2": dict(data_parallel_size=2, tensor_parallel_size=2),
+    }
+    for key, options in refusals.items():
+        with pytest.raises(GraphConfigError, match=key):
+            check_graph_options(cuda=False, **options)
+    with pytest.raises(GraphConfigError, match="train.num_accumulation_steps"):
+        check_graph_options(grad_acc_steps=0, cuda=True)
