@@ -12,6 +12,18 @@ def rank_script(name):
     return os.path.join(RANK_SCRIPTS, name)
 
 
+def assert_refused_without_hang(result, message, started="Starting training"):
+    """A config refused before any rank talks to another: the job ends by itself, says why, runs nothing.
+
+    Ranks reach the check seconds apart (imports), and OneFlow's launcher terminates the
+    others once one exits, so only the ranks that got there first print the refusal.
+    """
+    assert not result.timed_out, f"the job hung; rank 0 log:\n{result.log(0)[-3000:]}"
+    assert result.failed_ranks(), "no rank failed"
+    assert result.ranks_logging(message), f"nobody said {message!r}; rank 0 log:\n{result.log(0)[-3000:]}"
+    assert not result.ranks_logging(started), "a rank went on past the refusal"
+
+
 @pytest.fixture(scope="session")
 def repo_root():
     return ROOT

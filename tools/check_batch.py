@@ -19,7 +19,7 @@ from libai.utils import distributed as dist
 from libai_ext.compat import apply_cpu_patches
 from libai_ext.engine.batch import check_fields
 from libai_ext.engine.batch_check import all_gather_local, mixed_copy, source_ranks
-from libai_ext.engine.launch import check_config, load_config
+from libai_ext.engine.launch import check_config, exit_on_error, load_config
 from libai_ext.engine.seeding import seed_from_config
 
 
@@ -88,4 +88,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_on_error(main))

@@ -8,8 +8,11 @@ import importlib
 import json
 import logging
 import os
+import sys
 import time
+import traceback
 
+import oneflow as flow
 from libai.config import LazyConfig, default_argument_parser, try_get_key
 from libai.engine import DefaultTrainer, default_setup
 from libai.utils import distributed as dist
@@ -18,6 +21,7 @@ from libai.utils.logger import setup_logger
 
 from ..compat import apply_cpu_patches
 from .batch_check import BATCH_CHECK_MODES, install_batch_check
+from .graph import check_graph_options
 from .hooks import RawLossWriter
 from .seeding import check_scope, check_seed, seed_from_config
 
@@ -53,7 +57,21 @@ def check_config(cfg):
     batch_check = try_get_key(cfg, "train.batch_check", default="off")
     if batch_check not in BATCH_CHECK_MODES:
         raise ValueError(f"train.batch_check={batch_check!r} is not one of {BATCH_CHECK_MODES}")
+    if try_get_key(cfg, "graph.enabled", default=False):
+        check_graph_config(cfg)
     return trainer_cls
+
+
+def check_graph_config(cfg):
+    """The graph options this host cannot run, refused from the config alone (LiBai's sizing rules)."""
+    world = flow.env.get_world_size()
+    tp = min(try_get_key(cfg, "train.dist.tensor_parallel_size", default=1), world)
+    pp = min(try_get_key(cfg, "train.dist.pipeline_parallel_size", default=1), world // tp)
+    check_graph_options(
+        fp16=try_get_key(cfg, "train.amp.enabled", default=False),
+        zero_optim=try_get_key(cfg, "train.zero_optimization.enabled", default=False),
+        grad_acc_steps=try_get_key(cfg, "train.num_accumulation_steps", default=None) or 1,
+        data_parallel_size=world // (tp * pp), tensor_parallel_size=tp)
 
 
 def evaluate_only(cfg, args, trainer_cls):
@@ -109,5 +127,21 @@ def main(args):
     return train(cfg, trainer_cls, build_trainer(cfg, trainer_cls))
 
 
+def exit_on_error(fn, *args):
+    """Run ``fn``; on an error, print it and end this process at once.
+
+    After a Python error, OneFlow 0.9.0 can block this process's exit waiting on its peers
+    (seen with all 8 ranks refusing the same config): ending at once leaves no rank hanging.
+    """
+    try:
+        return fn(*args)
+    except Exception:
+        traceback.print_exc()
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+
 def cli(argv=None):
-    return main(default_argument_parser().parse_args(argv))
+    return exit_on_error(main, default_argument_parser().parse_args(argv))

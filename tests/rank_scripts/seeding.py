@@ -4,7 +4,7 @@ import random
 import numpy as np
 import oneflow as flow
 
-from common import layout_parser, setup_layout
+from common import layout_parser, run_or_die, setup_layout
 from libai_ext import seed_everything
 from libai_ext.engine import placement_data_parallel_rank
 from libai_ext.testing import write_rank_result
@@ -32,4 +32,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_or_die(main)
