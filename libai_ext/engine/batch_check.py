@@ -25,6 +25,7 @@ from libai.utils import distributed as dist
 
 from .batch import apply_mixup, check_fields
 from .stage0_loading import Stage0Batch
+from .trainer import ConsistentBatchTrainer, rank_coordinates
 
 BATCH_CHECK_MODES = ("off", "first", "every")
 _CHECKSUMS = 4  # numel, sum, sum of squares, position-weighted sum
@@ -50,20 +51,11 @@ def all_gather_local(tensor):
     return gathered.to_local().numpy()
 
 
-def rank_grid():
-    """{rank: (stage, data-parallel index, tensor-parallel index)} from LiBai's layout."""
-    util = dist.get_dist_util()
-    per_stage = util.world_size // util.pipeline_parallel_size
-    tp = util.tensor_parallel_size
-    return {r: (r // per_stage, (r % per_stage) // tp, r % tp) for r in range(util.world_size)}
-
-
 def source_ranks(trainer_cls):
     """{data-parallel index: ranks whose local batches end up in that group's global batch}."""
-    from .trainer import ConsistentBatchTrainer
-
     groups = {}
-    for rank, (stage, dp_index, tp_index) in rank_grid().items():
+    for rank in range(dist.get_world_size()):
+        stage, dp_index, tp_index = rank_coordinates(rank)
         if issubclass(trainer_cls, ConsistentBatchTrainer) and (stage, tp_index) != (0, 0):
             continue
         groups.setdefault(dp_index, []).append(rank)

@@ -14,17 +14,25 @@ from .rng_state import RNGStateCheckpointer, preserved_rng_state
 from .stage0_loading import Stage0OnlyLoader
 
 
-def placement_data_parallel_rank():
-    """This rank's index along the data-parallel axis of its stage's placement.
+def rank_coordinates(rank):
+    """``(stage, data-parallel index, tensor-parallel index)`` of ``rank`` in LiBai's layout.
 
     LiBai lays stage ``s`` over ranks ``[s*n, (s+1)*n)`` (``n = dp * tp``) as a
     ``(dp, tp)`` grid, so a rank's shard of an ``S(0)`` batch is ``(rank % n) // tp``.
-    LiBai 0.1.1's ``get_data_parallel_rank()`` returns ``rank // (tp * pp)`` instead,
-    which under pipeline parallelism makes two shards of stage 0 read the same samples.
     """
     util = dist.get_dist_util()
     per_stage = util.world_size // util.pipeline_parallel_size
-    return (flow.env.get_rank() % per_stage) // util.tensor_parallel_size
+    tp = util.tensor_parallel_size
+    return rank // per_stage, (rank % per_stage) // tp, rank % tp
+
+
+def placement_data_parallel_rank():
+    """This rank's index along the data-parallel axis of its stage's placement.
+
+    LiBai 0.1.1's ``get_data_parallel_rank()`` returns ``rank // (tp * pp)`` instead,
+    which under pipeline parallelism makes two shards of stage 0 read the same samples.
+    """
+    return rank_coordinates(flow.env.get_rank())[1]
 
 
 @contextlib.contextmanager

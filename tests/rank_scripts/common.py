@@ -10,6 +10,7 @@ from libai.data.build import build_image_train_loader
 from omegaconf import DictConfig, OmegaConf
 
 import libai_ext
+from libai_ext.engine.stage0_loading import on_stage0  # noqa: F401 (re-exported for the rank scripts)
 from libai.utils import distributed as dist
 
 
@@ -53,10 +54,6 @@ def replicated_on_stage0(tensor):
     replicated = dist.get_nd_sbp([flow.sbp.broadcast, flow.sbp.broadcast])
     tensor = tensor.to_global(placement=stage0).to_global(sbp=replicated)
     return tensor.to_local() if flow.env.get_rank() in stage0.ranks.flatten().tolist() else None
-
-
-def on_stage0():
-    return flow.env.get_rank() in dist.get_layer_placement(0).ranks.flatten().tolist()
 
 
 def image_loader_config(dataset, micro_batch, mixup_func=None, **train):
