@@ -3,7 +3,10 @@ SHELL := /bin/bash
 # The first Python 3.10 that really runs (a pyenv shim may exist without the version being selected).
 PYTHON310 ?= $(shell for p in $$(command -v python3.10) $$(ls -d $$(pyenv root 2>/dev/null)/versions/3.10.*/bin/python 2>/dev/null | sort -V -r) /usr/bin/python3.10; do \
   "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 10)' 2>/dev/null && { echo "$$p"; break; }; done)
-VENV := .venv
+# Any pip requirement for LiBai: the default is pip's 0.1.1; LiBai main installs from its source archive, e.g.
+#   make test VENV=.venv-libai-main LIBAI=../shared/vendor/libai-main-9dcbe3b.tar.gz
+LIBAI ?= libai==0.1.1
+VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.libai_ext-installed
 PYTEST_ARGS ?=
@@ -24,7 +27,7 @@ $(STAMP): pyproject.toml
 	# libai's setup.py imports pybind11 and numpy at build time, so they come first.
 	$(PY) -m pip install -q pybind11 wheel numpy==1.23.5
 	$(PY) -m pip install -q oneflow==0.9.0 numpy==1.23.5
-	$(PY) -m pip install -q --no-build-isolation libai==0.1.1 flowvision==0.1.0 numpy==1.23.5
+	$(PY) -m pip install -q --no-build-isolation "$(LIBAI)" flowvision==0.1.0 numpy==1.23.5
 	# The `cpu` extra (cuDNN 8 / cuBLAS 11 wheels) only where the host lacks those libraries: oneflow finds
 	# the wheels through its RPATH, which would also win over a CUDA host's own libraries.
 	$(PY) -m pip install -q --no-build-isolation -e ".[dev$$(ldconfig -p | grep -q 'libcudnn.so.8 ' \

@@ -33,15 +33,18 @@ def apply_cpu_patches(force=False):
 
     Returns the list of patched attributes.
     """
-    if _applied or (flow.cuda.is_available() and not force):
-        return cpu_patches_applied()
     import libai.engine.default as default_module
+
+    if "libai.engine.default._compile_dependencies" not in _applied:
+        # The pip sdist ships no Makefile for the helper: this step fails on every host, CUDA too.
+        _replace(default_module, "_compile_dependencies", _skip_compile_dependencies)
+    if len(_applied) > 1 or (flow.cuda.is_available() and not force):
+        return cpu_patches_applied()
     import libai.evaluation.evaluator as evaluator_module
     import libai.evaluation.utils as evaluation_utils
     import libai.layers.layer_norm as layer_norm_module
     import libai.utils.distributed as dist
 
-    _replace(default_module, "_compile_dependencies", _skip_compile_dependencies)
     _replace(dist, "ttol", global_to_local)
     # The evaluator imported pad_batch by name, so both references are replaced.
     _replace(evaluation_utils, "pad_batch", pad_last_batch)
