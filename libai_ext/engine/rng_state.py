@@ -1,4 +1,4 @@
-"""Per-rank random state (python, numpy, OneFlow) saved with LiBai checkpoints.
+"""Per-rank random state (python, numpy, every OneFlow generator) saved with LiBai checkpoints.
 
 LiBai's ``Checkpointer`` saves the model and optimizer once (rank 0), but every rank
 has its own python/numpy/OneFlow generator state: augmentation draws from them.
@@ -7,6 +7,15 @@ to (``<output_dir>/rng_state/<checkpoint name>/rank_<r>.pkl``; LiBai loads every
 entry *inside* a checkpoint folder as a OneFlow object) and restores it on resume.
 Per-module streams (``libai_ext.layers``) are buffers and travel with the model;
 the sampler position comes from LiBai's ``consumed_samples``.
+
+OneFlow 0.9.0 keeps one default generator per device: ``flow.default_generator`` (CPU,
+what ``flow.get_rng_state`` reads) and one per CUDA device, reached only through
+``flow._oneflow_internal.default_generator("cuda:<i>")`` (0.9.0 has no
+``flow.cuda.get_rng_state``).  All of them are saved and restored, keyed by device name.
+
+A limit of OneFlow 0.9.0 itself: its CPU generator's state holds the Mersenne Twister's
+624 words but not the position within them, so a restored CPU generator repeats the
+saved draws only from a block boundary (right after seeding, or 624 words later).
 """
 import contextlib
 import logging
@@ -21,15 +30,70 @@ from libai.utils.checkpoint import Checkpointer
 logger = logging.getLogger(__name__)
 
 
+def cuda_device_count():
+    """CUDA devices this process can use (0 on CPU hosts and under ``CUDA_VISIBLE_DEVICES=""``).
+
+    Asked of the devices, not of ``flow.cuda.is_available()``: a CUDA generator getter aborts
+    the process (a C++ check, not an exception) where no device exists.
+    """
+    return flow.cuda.device_count()
+
+
+def oneflow_generators(cuda_devices=None):
+    """``{"cpu": generator, "cuda:<i>": generator, ...}``: every OneFlow generator that can draw here.
+
+    ``cuda_devices`` (default: ``cuda_device_count()``) is a parameter so that the CUDA branch
+    can be unit-tested on a CPU host.  Each visible device is included, as
+    ``flow.cuda.manual_seed_all`` seeds them all.
+    """
+    count = cuda_device_count() if cuda_devices is None else cuda_devices
+    generators = {"cpu": flow.default_generator}
+    for index in range(count):
+        generators[f"cuda:{index}"] = flow._oneflow_internal.default_generator(f"cuda:{index}")
+    return generators
+
+
+def capture_oneflow_state(generators=None):
+    generators = oneflow_generators() if generators is None else generators
+    _finish_queued_draws()
+    return {name: generator.get_state().numpy() for name, generator in generators.items()}
+
+
+def restore_oneflow_state(saved, generators=None):
+    """Set each generator to its saved state; returns the names restored.
+
+    ``saved`` may also be a bare array, as written by libai_ext 0.1.0 (the CPU generator only).
+    A generator saved but absent here, or present but not saved, is named in a warning:
+    its draws will not repeat the saved run's.
+    """
+    if isinstance(saved, np.ndarray):
+        saved = {"cpu": saved}
+    generators = oneflow_generators() if generators is None else generators
+    _finish_queued_draws()
+    for name in sorted(set(saved) & set(generators)):
+        generators[name].set_state(flow.tensor(saved[name], dtype=flow.uint8))
+    problems = [f"{name}: not in the saved state" for name in sorted(set(generators) - set(saved))]
+    problems += [f"{name}: saved, but this process has no such device" for name in sorted(set(saved) - set(generators))]
+    if problems:
+        logger.warning("OneFlow generators not restored (their draws will differ from the saved run's): "
+                       + "; ".join(problems))
+    return sorted(set(saved) & set(generators))
+
+
+def _finish_queued_draws():
+    # OneFlow's eager ops run asynchronously: a queued random op advances its generator when it
+    # executes, so the state is read or replaced only once everything queued has run.
+    flow._oneflow_internal.eager.Sync()
+
+
 def capture_rng_state():
-    return {"python": random.getstate(), "numpy": np.random.get_state(),
-            "oneflow": flow.get_rng_state().numpy()}
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "oneflow": capture_oneflow_state()}
 
 
 def restore_rng_state(state):
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
-    flow.set_rng_state(flow.tensor(state["oneflow"], dtype=flow.uint8))
+    restore_oneflow_state(state["oneflow"])
 
 
 @contextlib.contextmanager
