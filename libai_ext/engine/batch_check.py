@@ -37,6 +37,7 @@ class BatchMismatchError(RuntimeError):
 
 
 def field_checksum(tensor):
+    """Four floats summarising ``tensor``, computed on the tensor's own device."""
     values = tensor.to(flow.float64).flatten()
     weights = flow.arange(values.shape[0], dtype=flow.float64, device=values.device) % 1009 + 1
     return [float(values.shape[0]), values.sum().item(), (values * values).sum().item(),
@@ -44,7 +45,10 @@ def field_checksum(tensor):
 
 
 def all_gather_local(tensor):
-    """Every rank's local ``tensor`` (same shape on all ranks), stacked on every rank as numpy."""
+    """Every rank's local ``tensor`` (same shape on all ranks), stacked on every rank as numpy.
+
+    On CPU placements on every host, deliberately: a few floats per rank, read on the host.
+    """
     world = flow.env.all_device_placement("cpu")
     local = tensor.to("cpu").unsqueeze(0)
     gathered = local.to_global(placement=world, sbp=flow.sbp.split(0)).to_global(sbp=flow.sbp.broadcast)
@@ -91,6 +95,7 @@ def check_batch(data, trainer_cls, iteration):
     fields = check_fields(data)
     names = sorted(fields)
     row = [x for name in names for x in field_checksum(fields[name].tensor)]
+    # `row` holds host-side floats (.item() above): its tensor is a CPU tensor on every host.
     table = all_gather_local(flow.tensor(row, dtype=flow.float64)).reshape(-1, len(names), _CHECKSUMS)
     problems = find_mismatches(table, names, source_ranks(trainer_cls))
     if problems:

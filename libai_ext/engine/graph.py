@@ -31,7 +31,11 @@ class GraphConfigError(ValueError):
 
 def check_graph_options(fp16=False, zero_optim=False, grad_acc_steps=1, data_parallel_size=1,
                         tensor_parallel_size=1, cuda=None):
-    """Refuse what OneFlow 0.9.0 train graphs cannot do on this host; each message names its config key.
+    """Refuse what OneFlow 0.9.0 train graphs cannot do on CPU ranks; each message names its config key.
+
+    ``cuda``: whether the graph's placements are CUDA ones.  ``GraphBase`` passes its model's
+    placement type; before LiBai's layout exists (config checks) the default is LiBai 0.1.1's
+    own choice of device, ``flow.cuda.is_available()``.
 
     CPU findings (OneFlow 0.9.0, measured on 2-8 CPU ranks):
 
@@ -64,6 +68,12 @@ def check_graph_options(fp16=False, zero_optim=False, grad_acc_steps=1, data_par
             "(register.cpp:75 separated_header_mem_ptr() == nullptr in the CPU transport). "
             "Use eager mode (graph.enabled=False) for data x tensor parallel layouts on CPU, or a "
             "layout with only one of them (dp x pp or tp x pp work in graph mode).")
+
+
+def placement_is_cuda(placement=None):
+    """Whether the graph runs on CUDA: the type of stage 0's placement (default: LiBai's layout)."""
+    placement = dist.get_layer_placement(0) if placement is None else placement
+    return placement.type == "cuda"
 
 
 def layer_stages():
@@ -179,10 +189,11 @@ class GraphBase(nn.Graph):
     def __init__(self, model, optimizer=None, lr_scheduler=None, fp16=False, activation_checkpoint=False,
                  grad_acc_steps=1, zero_optim=False, zero_stage=0, is_train=True):
         super().__init__()
+        cuda = placement_is_cuda()
         if is_train:
             util = dist.get_dist_util()
             check_graph_options(fp16, zero_optim, grad_acc_steps,
-                                util.data_parallel_size, util.tensor_parallel_size)
+                                util.data_parallel_size, util.tensor_parallel_size, cuda=cuda)
         self.model = model
         self.is_train = is_train
         if is_train:
@@ -204,7 +215,7 @@ class GraphBase(nn.Graph):
         self.config.allow_fuse_add_to_output(True)
         self.config.allow_fuse_model_update_ops(True)
         self.config.allow_fuse_cast_scale(True)
-        if flow.cuda.is_available():
+        if cuda:
             # As LiBai: communication on the compute stream saves memory under model parallelism.
             flow.boxing.nccl.enable_use_compute_stream(True)
 

@@ -3,10 +3,10 @@
 With ``ConsistentBatchTrainer`` every field's data comes from stage 0, so the samples
 other stages read and augment are thrown away.  ``Stage0OnlyLoader`` replaces their
 loader: it yields placeholders, never touching the dataset.  At the first step stage 0
-broadcasts each field's post-mixup layout (name, shape, dtype, sbp, placement_idx) once;
-afterwards the other ranks hand uninitialised tensors of that layout to ``to_global``,
-which drops them.  Stage 0 itself is untouched, so the batches are bit-identical to the
-default path.  Batch shapes must not change between steps (LiBai's training samplers
+broadcasts each field's post-mixup layout (name, shape, dtype, device, sbp, placement_idx)
+once; afterwards the other ranks hand uninitialised tensors of that layout, on the device
+stage 0's tensors had, to ``to_global``, which drops them.  Stage 0 itself is untouched,
+so the batches are bit-identical to the default path.  Batch shapes must not change between steps (LiBai's training samplers
 always yield full micro-batches); the evaluation loaders keep the default path.
 """
 import json
@@ -55,9 +55,7 @@ class Stage0OnlyLoader:
         if self.reads_data:
             fields = check_fields(item.batch)
             tensors = apply_mixup({name: field.tensor for name, field in fields.items()}, mixup_func)
-            layout = {name: {"shape": list(tensors[name].shape), "dtype": str(tensors[name].dtype),
-                             "sbp_list": list(field.sbp_list), "placement_idx": field.placement_idx}
-                      for name, field in fields.items()}
+            layout = {name: field_layout(tensors[name], field) for name, field in fields.items()}
             if self.layout is not None and layout != self.layout:
                 raise ValueError("stage-0-only loading needs fixed batch shapes; set "
                                  "train.stage0_only_loading=False for this data pipeline")
@@ -66,9 +64,24 @@ class Stage0OnlyLoader:
         if not self.reads_data:
             fields = {name: DistTensorData(None, sbp_list=spec["sbp_list"], placement_idx=spec["placement_idx"])
                       for name, spec in self.layout.items()}
-            tensors = {name: flow.empty(spec["shape"], dtype=_dtype(spec["dtype"]))
-                       for name, spec in self.layout.items()}
+            tensors = {name: placeholder(spec) for name, spec in self.layout.items()}
         return {name: field_to_global_via_stage0(tensors[name], fields[name], name) for name in fields}
+
+
+def field_layout(tensor, field):
+    """What a rank outside stage 0 needs to build a placeholder for this field (JSON-able)."""
+    return {"shape": list(tensor.shape), "dtype": str(tensor.dtype), "device": tensor.device.type,
+            "sbp_list": list(field.sbp_list), "placement_idx": field.placement_idx}
+
+
+def placeholder(spec):
+    """An uninitialised local tensor of a field's layout, on the device stage 0's tensor was on.
+
+    LiBai's loaders yield CPU tensors, which ``to_global`` copies onto a CUDA placement itself;
+    a dataset that yields CUDA tensors gets CUDA placeholders, so every rank hands ``to_global``
+    the same kind of tensor.
+    """
+    return flow.empty(spec["shape"], dtype=_dtype(spec["dtype"]), device=spec["device"])
 
 
 def _dtype(name):
@@ -76,7 +89,11 @@ def _dtype(name):
 
 
 def broadcast_from_rank0(value):
-    """A JSON-able ``value`` from rank 0, returned on every rank (one small broadcast)."""
+    """A JSON-able ``value`` from rank 0, returned on every rank (one small broadcast).
+
+    On CPU placements on every host, deliberately: the bytes are made and read on the host
+    (JSON), once per run; a CUDA placement would only add a copy to the device and back.
+    """
     buffer = np.zeros(_LAYOUT_BYTES, dtype=np.uint8)
     if flow.env.get_rank() == 0:
         encoded = json.dumps(value).encode()
