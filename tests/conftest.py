@@ -3,6 +3,12 @@ import sys
 
 import pytest
 
+from libai_ext.testing import pin_to_device, ranks_device
+
+# In-process tests create OneFlow tensors as well: on a GPU host this process runs on CPU too,
+# unless LIBAI_EXT_TEST_DEVICE=cuda.  Set before any test module imports oneflow.
+os.environ.update(pin_to_device(os.environ, ranks_device()))
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RANK_SCRIPTS = os.path.join(ROOT, "tests", "rank_scripts")
 

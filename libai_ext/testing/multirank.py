@@ -7,6 +7,10 @@ group (launcher and every rank) and reports the rank, its command and the tail o
 its log.  Ranks report structured results with ``write_rank_result``: one JSON
 line per call in ``rank<R>.jsonl``.
 
+Ranks run on CPU unless asked otherwise: ``launch`` hides the GPUs of a GPU host from them
+(``CUDA_VISIBLE_DEVICES=""``), so a test that means CPU ranks gets them on every host.
+``device="cuda"``, or ``LIBAI_EXT_TEST_DEVICE=cuda`` in the environment, leaves the GPUs visible.
+
 This module imports nothing from oneflow: it only starts processes.
 """
 import json
@@ -21,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 RESULTS_DIR_ENV = "LIBAI_EXT_RESULTS_DIR"
+TEST_DEVICE_ENV = "LIBAI_EXT_TEST_DEVICE"
+TEST_DEVICES = ("cpu", "cuda")
 # Run as a script, not with -m: importing the package would load oneflow into every wrapper too.
 _RANK_WRAPPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank_wrapper.py")
 _TAIL_CHARS = 4000
@@ -83,6 +89,28 @@ def write_rank_result(**values):
         f.write(json.dumps(values) + "\n")
 
 
+def ranks_device(environ=None):
+    """The device the test ranks run on: ``$LIBAI_EXT_TEST_DEVICE``, ``"cpu"`` by default."""
+    device = (os.environ if environ is None else environ).get(TEST_DEVICE_ENV) or "cpu"
+    if device not in TEST_DEVICES:
+        raise ValueError(f"{TEST_DEVICE_ENV}={device!r} is not one of {TEST_DEVICES}")
+    return device
+
+
+def pin_to_device(environ, device):
+    """``environ`` for processes that run on ``device``: on ``"cpu"`` no GPU is visible to them.
+
+    With no visible device OneFlow's ``cuda.device_count()`` is 0, so OneFlow and LiBai take
+    their CPU paths even on a GPU host.  On ``"cuda"`` the GPUs the caller sees stay visible.
+    """
+    if device not in TEST_DEVICES:
+        raise ValueError(f"device={device!r} is not one of {TEST_DEVICES}")
+    environ = dict(environ)
+    if device == "cpu":
+        environ["CUDA_VISIBLE_DEVICES"] = ""
+    return environ
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -114,14 +142,14 @@ def _poll_exits(workdir, nproc):
 
 
 def launch(script, nproc, args=(), timeout=300, env=None, workdir=None, check=True, python=None,
-           stop_on_failure=True):
-    """Run ``script`` on ``nproc`` CPU ranks; return a ``LaunchResult``.
+           stop_on_failure=True, device=None):
+    """Run ``script`` on ``nproc`` ranks (CPU ranks unless ``device="cuda"``); return a ``LaunchResult``.
 
     With ``check`` (default), raise ``MultiRankError`` naming the failed rank, or
     the command and the ranks still running on timeout.  With ``check=False`` the
     caller inspects ``returncodes`` / ``timed_out`` (tests that expect a failure).
     With ``stop_on_failure=False`` the job is only killed at the timeout, so a test can
-    see whether every rank exits by itself after one fails.
+    see whether every rank exits by itself after one fails.  ``device`` defaults to ``ranks_device()``.
     """
     python = python or sys.executable
     workdir = workdir or tempfile.mkdtemp(prefix="multirank-")
@@ -131,7 +159,7 @@ def launch(script, nproc, args=(), timeout=300, env=None, workdir=None, check=Tr
         "--nproc_per_node", str(nproc), "--master_port", str(free_port()),
         _RANK_WRAPPER, workdir, str(script), *map(str, args),
     ]
-    run_env = dict(os.environ if env is None else env)
+    run_env = pin_to_device(os.environ if env is None else env, device or ranks_device())
     run_env[RESULTS_DIR_ENV] = workdir
     # Oversubscribed CPU ranks crawl when each also spawns a thread per core.
     run_env.setdefault("OMP_NUM_THREADS", "1")
