@@ -26,6 +26,7 @@ from .hooks import RawLossWriter
 from .seeding import check_scope, check_seed, seed_from_config
 
 DEFAULT_TRAINER = "libai_ext.ConsistentBatchTrainer"
+SETUP_DONE = "LiBai set-up done (default_setup)"
 logger = logging.getLogger("libai_ext")
 
 
@@ -97,6 +98,8 @@ def setup(args):
     apply_cpu_patches()
     default_setup(cfg, args)
     setup_logger(cfg.train.output_dir, distributed_rank=dist.get_rank(), name="libai_ext")
+    # In every rank's log (log.txt, log.txt.rank<r>): proof that LiBai's start-up passed here.
+    logger.info(f"{SETUP_DONE} on rank {dist.get_rank()}")
     seed_from_config(cfg)
     return cfg, trainer_cls
 
