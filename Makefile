@@ -46,5 +46,11 @@ demo: setup
 test: setup
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
+# For a person with GPUs (under 10 minutes): libai_ext's CUDA paths on this machine, one table row per check.
+# Refuses with exit code 2 where OneFlow sees no GPU.
+.PHONY: gpu-check
+gpu-check: setup
+	$(PY) tools/gpu_check.py
+
 clean-venv:
 	rm -rf $(VENV)

@@ -1,0 +1,243 @@
+"""Check libai_ext on this machine's GPUs (``make gpu-check``); prints one table row per check.
+
+    python tools/gpu_check.py            # refuses (exit code 2) where OneFlow sees no CUDA device
+
+On 1 GPU:
+* ``masks``: ``libai_ext.layers`` masks (the counter-based values, Dropout, DropPath) drawn on
+  CUDA equal the CPU ones bit for bit;
+* ``resume``: the demo trains on 1 CUDA rank, and a run stopped after iteration K-1 and resumed
+  repeats the uninterrupted run's raw per-iteration losses exactly.
+On 2 GPUs or more, also:
+* ``pairing``: pp2 ``get_batch`` keeps images and mixed-up labels paired with
+  ``ConsistentBatchTrainer``, and breaks them with stock ``DefaultTrainer`` (the bug is seen);
+* ``guard``: ``train.batch_check`` stops every rank of a stock run with rank-dependent
+  augmentation, and passes ``ConsistentBatchTrainer``'s batches.
+
+About 5 minutes; every launched job has a hard timeout.  Exit code 0 when every check passed,
+1 when one failed, 2 when there is no GPU.  ``--device cpu`` runs the same checks on CPU ranks
+(how the test suite exercises this script).
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from libai_ext.testing import launch  # noqa: E402  (after the path set-up; imports no oneflow)
+
+DEMO = os.path.join(ROOT, "configs", "demo_pipeline_cpu.py")
+TRAIN_NET = os.path.join(ROOT, "tools", "train_net.py")
+PAIRING_SCRIPT = os.path.join(ROOT, "tests", "rank_scripts", "pairing.py")
+LAUNCH_TIMEOUT = 240  # one job; a GPU job of these takes well under a minute
+TOTAL_BUDGET_S = 540  # the whole check stays under 10 minutes, start-up included
+RESUME_K = 4
+NO_GPU_EXIT = 2
+
+
+class CheckFailed(AssertionError):
+    pass
+
+
+_deadline = [float("inf")]
+
+
+def job_timeout():
+    """The hard timeout of the next launched job: what is left of the budget, at most LAUNCH_TIMEOUT."""
+    left = _deadline[0] - time.monotonic()
+    expect(left > 10, "out of time: the 10-minute budget is spent")
+    return min(LAUNCH_TIMEOUT, left)
+
+
+def expect(condition, message):
+    if not condition:
+        raise CheckFailed(message)
+
+
+# --- masks ------------------------------------------------------------------------------------
+
+def identical_bits(a, b):
+    """True when two arrays have the same dtype, shape and bytes."""
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def check_masks(device):
+    """``libai_ext.layers`` values and masks on ``device`` equal the CPU ones bit for bit."""
+    import oneflow as flow
+    from libai.utils import distributed as dist
+    from omegaconf import DictConfig
+
+    from libai_ext.layers import DropPath, Dropout, counter_uniform, derive_keys
+
+    dist.setup_dist_util(DictConfig({"data_parallel_size": 1, "tensor_parallel_size": 1,
+                                     "pipeline_parallel_size": 1, "pipeline_num_layers": 1}))
+    broadcast = [flow.sbp.broadcast]
+    placements = {name: flow.placement(name, [0]) for name in ("cpu", device)}
+    compared = 0
+    keys = derive_keys(1234, "gpu_check")
+    for counter in (0, 1, 977):
+        values = {name: counter_uniform((64, 96), keys, counter, placement, broadcast).to_local().numpy()
+                  for name, placement in placements.items()}
+        expect(identical_bits(values["cpu"], values[device]), f"counter_uniform differs (counter {counter})")
+        compared += values["cpu"].size
+    for layer in (Dropout(0.3), DropPath(0.3)):
+        layer.train()
+        outputs = {}
+        for name, placement in placements.items():
+            layer.calls.fill_(0)
+            x = flow.ones(32, 16, 8, placement=placement, sbp=broadcast)
+            outputs[name] = layer(x).to_local().numpy()
+        kept = outputs["cpu"] != 0
+        expect(0 < kept.sum() < kept.size, f"{type(layer).__name__} dropped all or nothing: nothing compared")
+        expect(identical_bits(outputs["cpu"], outputs[device]), f"{type(layer).__name__} masks differ")
+        compared += kept.size
+    return f"{compared} values and mask elements identical to CPU"
+
+
+# --- multi-rank checks --------------------------------------------------------------------------
+
+def demo_args(output, data, *overrides):
+    return ["--config-file", DEMO, f"train.output_dir={output}", f"dataloader.train.dataset.0.root.root={data}",
+            f"dataloader.test.0.dataset.root.root={data}", *overrides]
+
+
+def losses_by_run(path):
+    """Raw per-iteration losses of ``losses.jsonl``, split where a resumed run starts writing again."""
+    runs, last = [[]], -1
+    with open(path) as f:
+        for line in f:
+            record = json.loads(line)
+            if record["iteration"] <= last:
+                runs.append([])
+            runs[-1].append(record)
+            last = record["iteration"]
+    return runs
+
+
+def check_resume(device, workdir):
+    """The demo on 1 rank of ``device``: stopped after iteration K-1, resumed, same losses as uninterrupted."""
+    output, data = os.path.join(workdir, "resume"), os.path.join(workdir, "data")
+    overrides = ["train.dist.pipeline_parallel_size=1", f"train.train_iter={2 * RESUME_K}",
+                 f"train.checkpointer.period={RESUME_K}", f"train.evaluation.eval_period={RESUME_K}",
+                 "train.evaluation.eval_iter=2", "train.test_micro_batch_size=90", "train.log_period=1"]
+    launch(TRAIN_NET, 1, demo_args(output, data, *overrides), timeout=job_timeout(), device=device,
+           workdir=os.path.join(workdir, "resume-logs-0"))
+    with open(os.path.join(output, "last_checkpoint"), "w") as f:
+        f.write(f"model_{RESUME_K - 1:07d}")  # as if the run had been killed after that save
+    launch(TRAIN_NET, 1, [*demo_args(output, data, *overrides), "--resume"], timeout=job_timeout(),
+           device=device, workdir=os.path.join(workdir, "resume-logs-1"))
+    runs = losses_by_run(os.path.join(output, "losses.jsonl"))
+    expect(len(runs) == 2, f"expected an uninterrupted and a resumed run in losses.jsonl, found {len(runs)}")
+    full, tail = runs
+    expect([r["iteration"] for r in tail] == list(range(RESUME_K, 2 * RESUME_K)),
+           f"resumed iterations {[r['iteration'] for r in tail]}")
+    uninterrupted = {r["iteration"]: r["total_loss"] for r in full}
+    different = {r["iteration"]: (uninterrupted.get(r["iteration"]), r["total_loss"])
+                 for r in tail if uninterrupted.get(r["iteration"]) != r["total_loss"]}
+    expect(not different, f"resumed losses differ (uninterrupted, resumed): {different}")
+    return f"iterations {RESUME_K}-{2 * RESUME_K - 1}: {len(tail)} resumed losses equal bit for bit"
+
+
+def check_pairing(device, workdir):
+    """pp2 get_batch: the plugin keeps every pair, stock LiBai breaks some (with and without mixup)."""
+    result = launch(PAIRING_SCRIPT, 2, ["--pp", 2], timeout=job_timeout(), device=device,
+                    workdir=os.path.join(workdir, "pairing-logs"))
+    records = {(r["trainer"], r["mixup"]): r for r in result.records(0)}
+    expect(len(records) == 4, f"rank 0 reported {sorted(records)}, expected 4 cases")
+    for (trainer, mixup), record in sorted(records.items()):
+        paired = np.allclose(record["image_ids"], record["label_ids"], atol=1e-4)
+        expect(len(record["image_ids"]) > 0, f"{trainer} mixup={mixup}: an empty batch proves nothing")
+        if trainer == "fixed":
+            expect(paired, f"ConsistentBatchTrainer broke pairs (mixup={mixup})")
+        else:
+            expect(not paired, f"stock LiBai kept the pairs (mixup={mixup}): the check cannot see the bug")
+    return "pp2: plugin paired in 2/2 cases, stock broken in 2/2"
+
+
+def check_guard(device, workdir):
+    """train.batch_check stops every rank of stock LiBai with per-rank augmentation; passes the plugin."""
+    def run(name, trainer):
+        args = demo_args(os.path.join(workdir, name), os.path.join(workdir, "data"), f"train.trainer={trainer}",
+                         "train.seed_scope=rank", "train.batch_check=every", "train.train_iter=2",
+                         "train.evaluation.enabled=False", "train.stage0_only_loading=False")
+        return launch(TRAIN_NET, 2, args, timeout=job_timeout(), check=False, stop_on_failure=False,
+                      device=device, workdir=os.path.join(workdir, f"{name}-logs"))
+
+    stock = run("guard-stock", "libai.engine.DefaultTrainer")
+    expect(not stock.timed_out, "the stock run hung")
+    expect(stock.ranks_logging("BatchMismatchError") == [0, 1],
+           f"ranks reporting BatchMismatchError: {stock.ranks_logging('BatchMismatchError')}, expected [0, 1]")
+    fixed = run("guard-fixed", "libai_ext.ConsistentBatchTrainer")
+    expect(not fixed.timed_out and fixed.failed_ranks() == [], f"plugin run failed: {fixed.log(0)[-2000:]}")
+    expect("batch check passed at iteration 1" in fixed.log(0), "the plugin run compared no batch")
+    return "stock stopped on ranks [0, 1]; plugin passed 2 checked iterations"
+
+
+# --- driver -----------------------------------------------------------------------------------
+
+def planned_checks(gpus):
+    checks = [("masks", 1, lambda device, workdir: check_masks(device)), ("resume", 1, check_resume)]
+    if gpus >= 2:
+        checks += [("pairing", 2, check_pairing), ("guard", 2, check_guard)]
+    return checks
+
+
+def run_checks(device, gpus, workdir):
+    """Run every check that ``gpus`` devices allow; returns rows ``(name, ranks, ok, detail, seconds)``."""
+    rows = []
+    _deadline[0] = time.monotonic() + TOTAL_BUDGET_S
+    for name, ranks, check in planned_checks(gpus):
+        start = time.monotonic()
+        try:
+            ok, detail = True, check(device, workdir)
+        except Exception as e:  # a failed check (or a failed job) is a row of the table, not the end
+            ok, detail = False, f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
+        rows.append((name, ranks, ok, detail, time.monotonic() - start))
+    return rows
+
+
+def format_table(rows, device):
+    lines = [f"| check | {device} ranks | result | detail | seconds |", "|---|---|---|---|---|"]
+    lines += [f"| {name} | {ranks} | {'PASS' if ok else 'FAIL'} | {detail} | {seconds:.0f} |"
+              for name, ranks, ok, detail, seconds in rows]
+    return "\n".join(lines)
+
+
+def visible_cuda_devices():
+    import oneflow as flow
+
+    return flow.cuda.device_count()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--workdir", default=os.path.join(ROOT, "output"), help="a fresh folder is made inside")
+    args = parser.parse_args(argv)
+    if args.device == "cuda":
+        gpus = visible_cuda_devices()
+        if gpus == 0:
+            print("gpu-check refused: OneFlow sees no CUDA device (oneflow.cuda.device_count() == 0; check the "
+                  "driver and CUDA_VISIBLE_DEVICES). It needs 1 GPU, or 2 for the pairing and guard checks. "
+                  "Nothing was run.", file=sys.stderr)
+            return NO_GPU_EXIT
+    else:
+        gpus = 2  # CPU ranks: every check
+    os.makedirs(args.workdir, exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix="gpu_check-", dir=args.workdir)
+    rows = run_checks(args.device, gpus, workdir)
+    print(format_table(rows, args.device))
+    print(f"(logs under {workdir})")
+    if gpus < 2:
+        print("(1 GPU: pairing and guard need 2 and were not run)")
+    return 0 if rows and all(ok for _, _, ok, _, _ in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
