@@ -130,7 +130,7 @@ def check_resume(device, workdir):
            workdir=os.path.join(workdir, "resume-logs-0"))
     with open(os.path.join(output, "last_checkpoint"), "w") as f:
         f.write(f"model_{RESUME_K - 1:07d}")  # as if the run had been killed after that save
-    launch(TRAIN_NET, 1, [*demo_args(output, data, *overrides), "--resume"], timeout=job_timeout(),
+    launch(TRAIN_NET, 1, ["--resume", *demo_args(output, data, *overrides)], timeout=job_timeout(),
            device=device, workdir=os.path.join(workdir, "resume-logs-1"))
     runs = losses_by_run(os.path.join(output, "losses.jsonl"))
     expect(len(runs) == 2, f"expected an uninterrupted and a resumed run in losses.jsonl, found {len(runs)}")
