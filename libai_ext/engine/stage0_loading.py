@@ -6,8 +6,9 @@ loader: it yields placeholders, never touching the dataset.  At the first step s
 broadcasts each field's post-mixup layout (name, shape, dtype, device, sbp, placement_idx)
 once; afterwards the other ranks hand uninitialised tensors of that layout, on the device
 stage 0's tensors had, to ``to_global``, which drops them.  Stage 0 itself is untouched,
-so the batches are bit-identical to the default path.  Batch shapes must not change between steps (LiBai's training samplers
-always yield full micro-batches); the evaluation loaders keep the default path.
+so the batches are bit-identical to the default path.  Batch shapes must not change
+between steps (LiBai's training samplers always yield full micro-batches); the
+evaluation loaders keep the default path.
 """
 import json
 
