@@ -42,6 +42,13 @@ def assert_refused_without_hang(result, message, started="Starting training"):
     assert not result.ranks_logging(started), "a rank went on past the refusal"
 
 
+def pytest_configure(config):
+    """Print every skip's reason in the summary (as ``-rs``), e.g. the two-host test's where network
+    namespaces are not permitted: a skipped test must be noticed, never pass silently."""
+    if "s" not in config.option.reportchars and "a" not in config.option.reportchars:
+        config.option.reportchars += "s"
+
+
 @pytest.fixture(scope="session")
 def repo_root():
     return ROOT
