@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import matplotlib  # noqa: F401  (a dev requirement: missing, the suite fails instead of skipping)
-import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOL = os.path.join(ROOT, "tools", "compare_runs.py")

@@ -1,11 +1,14 @@
 """Images and labels stay paired through get_batch; stock LiBai's do not where real LiBai breaks them.
 
 Each rank holds the samples its trainer's sampler would read (rank_scripts/pairing.py), so
-stock LiBai is expected to break pairs exactly where it does in a real run: with mixup (each
-rank mixes with its own numpy stream), and under dp x pp even without it (its samplers use
-``get_data_parallel_rank() = rank // (tp * pp)``, not the shard of the rank's placement).
+stock LiBai 0.1.1 is expected to break pairs exactly where it does in a real run: with mixup
+(each rank mixes with its own numpy stream), and under dp x pp even without it (its samplers
+use ``get_data_parallel_rank() = rank // (tp * pp)``, not the shard of the rank's placement).
 At dp=1 without mixup every rank reads the same samples and stock LiBai keeps the pairs.
+LiBai main (9dcbe3b) has both halves fixed (#255, and ``(rank // tp) % dp``): there stock
+must keep the pairs (docs/upstream-bugs.md, sections 2 and 3).
 """
+import libai
 import numpy as np
 import pytest
 
@@ -22,10 +25,13 @@ LAYOUTS = [  # (dp, tp, pp)
 CASES = ("stock", "fixed", "synthetic")  # rank_scripts/pairing.py: CASES, each with and without mixup
 
 
+LIBAI_MAIN = tuple(int(part) for part in libai.__version__.split(".")[:2]) >= (0, 2)
+
+
 def stock_breaks_pairs(layout, mixup):
-    """Where real LiBai 0.1.1 mismatches images and labels."""
+    """Where the installed stock LiBai mismatches images and labels."""
     dp, _, pp = layout
-    return mixup or (dp > 1 and pp > 1)
+    return not LIBAI_MAIN and (mixup or (dp > 1 and pp > 1))
 
 
 def paired(record, key="label_ids"):
@@ -68,7 +74,7 @@ def test_stock_trainer_mismatches_where_real_libai_does(pairing_run, mixup):
     record = cases[0][("stock", mixup)]
     if stock_breaks_pairs(layout, mixup):
         assert not paired(record), "stock LiBai unexpectedly kept the pairs: the test cannot see the bug"
-    else:  # dp=1, no mixup: every rank read the same samples
+    else:  # 0.1.1 at dp=1 without mixup (every rank read the same samples), or LiBai main
         assert paired(record), "stock LiBai broke pairs where real LiBai keeps them: the batch is not LiBai's"
 
 
@@ -102,6 +108,8 @@ def test_real_loader_batches_are_distinct_and_paired(tmp_path, layout):
         fixed, stock = by_trainer["fixed"], by_trainer["stock"]
         assert fixed["distinct_samples"] == fixed["batch"] == 8 * dp, f"rank {rank}"
         assert fixed["labels_match"], f"rank {rank}"
-        # Stock LiBai: two stage-0 shards read the same samples, labels come from others.
-        assert stock["distinct_samples"] < stock["batch"], f"rank {rank}"
-        assert not stock["labels_match"], f"rank {rank}"
+        if LIBAI_MAIN:  # its samplers read the placement's shard
+            assert stock["distinct_samples"] == stock["batch"] and stock["labels_match"], f"rank {rank}"
+        else:  # LiBai 0.1.1: two stage-0 shards read the same samples, labels come from others.
+            assert stock["distinct_samples"] < stock["batch"], f"rank {rank}"
+            assert not stock["labels_match"], f"rank {rank}"

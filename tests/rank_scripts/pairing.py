@@ -23,7 +23,7 @@ from libai.data.structures import DistTensorData, Instance
 from libai.engine import DefaultTrainer
 from libai.utils import distributed as dist
 
-from common import layout_parser, on_stage0, replicated_on_stage0, setup_layout
+from common import get_batch, layout_parser, on_stage0, replicated_on_stage0, setup_layout
 from libai_ext import ConsistentBatchTrainer
 from libai_ext.engine import placement_data_parallel_rank
 from libai_ext.testing import write_rank_result
@@ -70,7 +70,7 @@ def main():
     for name, (trainer, shard) in CASES.items():
         for use_mixup in (False, True):
             data = local_batch(shard(), args.dp, args.aux)
-            batch = trainer.get_batch(data, mixup_func=mixup if use_mixup else None)
+            batch = get_batch(trainer, data, mixup if use_mixup else None)
             gathered = {k: replicated_on_stage0(v) for k, v in batch.items()}
             if not on_stage0():
                 continue
