@@ -17,11 +17,10 @@ import uuid
 
 import pytest
 
-from libai_ext.testing import LaunchResult
-from libai_ext.testing.multirank import RESULTS_DIR_ENV
+from libai_ext.testing import LaunchResult, multirank
 
-RANK_WRAPPER = os.path.join(os.path.dirname(os.path.abspath(sys.modules[LaunchResult.__module__].__file__)),
-                            "rank_wrapper.py")
+# The harness's per-rank wrapper (log, exit code, result records), here under two launchers.
+RANK_WRAPPER = os.path.join(os.path.dirname(os.path.abspath(multirank.__file__)), "rank_wrapper.py")
 NNODES, NPROC_PER_NODE = 2, 2
 SUBNET = "10.213.{}.{}"  # private; exists only inside the test's namespaces
 MASTER_PORT = 29500  # free: each namespace has its own port space
@@ -70,7 +69,7 @@ def launch_on_hosts(hosts, script, args, workdir, timeout):
     process group, all killed at the end, on the first failing rank or at ``timeout``."""
     os.makedirs(workdir, exist_ok=True)
     nproc = NNODES * NPROC_PER_NODE
-    env = dict(os.environ, OMP_NUM_THREADS="1", **{RESULTS_DIR_ENV: workdir})
+    env = dict(os.environ, OMP_NUM_THREADS="1", **{multirank.RESULTS_DIR_ENV: workdir})
     result = LaunchResult(command=[], nproc=nproc, workdir=workdir)
     launchers = []
     start = time.monotonic()
