@@ -18,6 +18,24 @@ def rank_script(name):
     return os.path.join(RANK_SCRIPTS, name)
 
 
+def records_of_every_rank(result, ranks=None, count=None):
+    """{rank: records} for ``ranks`` (default: every rank of the job).
+
+    A rank that wrote no record fails the test (a silent rank must not pass a loop over
+    what the others reported); with ``count``, so does a rank that wrote another number.
+    """
+    ranks = list(range(result.nproc) if ranks is None else ranks)
+    assert ranks, "no rank to read records from"
+    by_rank = {}
+    for rank in ranks:
+        records = result.records(rank)
+        assert records, f"rank {rank} wrote no records; its log tail:\n{result.log(rank)[-3000:]}"
+        if count is not None:
+            assert len(records) == count, f"rank {rank} wrote {len(records)} records, expected {count}"
+        by_rank[rank] = records
+    return by_rank
+
+
 def assert_refused_without_hang(result, message, started="Starting training"):
     """A config refused before any rank talks to another: the job ends by itself, says why, runs nothing.
 
@@ -28,6 +46,13 @@ def assert_refused_without_hang(result, message, started="Starting training"):
     assert result.failed_ranks(), "no rank failed"
     assert result.ranks_logging(message), f"nobody said {message!r}; rank 0 log:\n{result.log(0)[-3000:]}"
     assert not result.ranks_logging(started), "a rank went on past the refusal"
+
+
+def pytest_configure(config):
+    """Print every skip's reason in the summary (as ``-rs``), e.g. the two-host test's where network
+    namespaces are not permitted: a skipped test must be noticed, never pass silently."""
+    if "s" not in config.option.reportchars and "a" not in config.option.reportchars:
+        config.option.reportchars += "s"
 
 
 @pytest.fixture(scope="session")

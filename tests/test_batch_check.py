@@ -28,15 +28,30 @@ def test_guard_stops_every_rank_on_stock_rank_dependent_augmentation(repo_root, 
     assert "ConsistentBatchTrainer" in log  # the fix is named
 
 
-@pytest.mark.parametrize("trainer, scope, extra, expected", [
-    (FIXED, "rank", "train.stage0_only_loading=False", "batch check passed at iteration 1"),
-    (FIXED, "rank", "train.stage0_only_loading=True", "stage-0-only loading, only stage 0 holds batches"),
-    (STOCK, "global", "train.stage0_only_loading=False", "batch check passed at iteration 1"),
-], ids=["fixed-unseeded", "fixed-stage0-only", "stock-seeded-dp1"])
-def test_guard_is_quiet_on_consistent_batches(repo_root, tmp_path, trainer, scope, extra, expected):
-    result = train(repo_root, tmp_path, trainer, scope, layout=[extra])
+NOTHING_COMPARED = "nothing to compare"
+
+
+@pytest.mark.parametrize("trainer, scope, nproc, layout", [
+    # ConsistentBatchTrainer: one source rank per data-parallel group, so at dp2 the guard compares
+    # the two groups' batches (they must differ); per-rank streams on every other rank change nothing.
+    (FIXED, "rank", 4, ["train.dist.data_parallel_size=2", "train.stage0_only_loading=False"]),
+    # Stock at dp=1 with identical seeds: both stages hold the same batch, compared rank 0 vs rank 1.
+    (STOCK, "global", 2, ["train.stage0_only_loading=False"]),
+], ids=["fixed-unseeded-dp2-pp2", "stock-seeded-dp1-pp2"])
+def test_guard_is_quiet_on_consistent_batches(repo_root, tmp_path, trainer, scope, nproc, layout):
+    result = train(repo_root, tmp_path, trainer, scope, nproc=nproc, layout=layout)
     assert result.failed_ranks() == [] and not result.timed_out, result.log(0)[-3000:]
-    assert expected in result.log(0)
+    log = result.log(0)  # LiBai's logger writes on rank 0; the check itself is collective
+    assert "batch check passed at iteration 0" in log and "batch check passed at iteration 1" in log, log[-3000:]
+    assert NOTHING_COMPARED not in log, "the guard compared nothing"
+
+
+def test_guard_says_it_has_nothing_to_compare_under_stage0_only_loading(repo_root, tmp_path):
+    """Only stage 0 holds batches: the guard lets them through, says so, and training goes on."""
+    result = train(repo_root, tmp_path, FIXED, "rank", layout=["train.stage0_only_loading=True"])
+    assert result.failed_ranks() == [] and not result.timed_out, result.log(0)[-3000:]
+    assert NOTHING_COMPARED in result.log(0)
+    assert not result.ranks_logging("batch check passed")
 
 
 def test_guard_catches_the_sampler_bug_under_data_parallel_pipeline(repo_root, tmp_path):
@@ -46,21 +61,43 @@ def test_guard_catches_the_sampler_bug_under_data_parallel_pipeline(repo_root, t
     assert "disagree" in result.log(0) and "identical batches" in result.log(0)
 
 
-def check_batch_tool(repo_root, tmp_path, trainer, scope):
+def check_batch_tool(repo_root, tmp_path, trainer, scope, nproc, layout):
     args = ["--config-file", os.path.join(repo_root, "configs", "demo_pipeline_cpu.py"), "--num-batches", 2,
             f"train.trainer={trainer}", f"train.seed_scope={scope}", f"train.output_dir={tmp_path}/out",
-            f"dataloader.train.dataset.0.root.root={tmp_path}/data"]
-    return launch(os.path.join(repo_root, "tools", "check_batch.py"), 2, args, timeout=300, check=False,
+            f"dataloader.train.dataset.0.root.root={tmp_path}/data", *layout]
+    return launch(os.path.join(repo_root, "tools", "check_batch.py"), nproc, args, timeout=300, check=False,
                   stop_on_failure=False, workdir=str(tmp_path / "logs"))
 
 
-@pytest.mark.parametrize("trainer, scope, code", [(STOCK, "rank", 1), (FIXED, "rank", 0), (STOCK, "global", 0)],
-                         ids=["stock-unseeded", "fixed-unseeded", "stock-seeded-dp1"])
-def test_check_batch_tool_exit_codes(repo_root, tmp_path, trainer, scope, code):
-    result = check_batch_tool(repo_root, tmp_path, trainer, scope)
+@pytest.mark.parametrize("trainer, scope, nproc, layout, images_bad", [
+    (STOCK, "rank", 2, [], "[1]"),
+    (STOCK, "global", 4, ["train.dist.data_parallel_size=2"], "[2, 3]"),  # the sampler half of the bug
+    (STOCK, "global", 2, [], None),
+], ids=["stock-unseeded-dp1-pp2", "stock-seeded-dp2-pp2", "stock-seeded-dp1-pp2"])
+def test_check_batch_tool_exit_codes(repo_root, tmp_path, trainer, scope, nproc, layout, images_bad):
+    """Each case compares ranks of one data-parallel group (the tool's table is within groups; under
+    ConsistentBatchTrainer a group has a single source rank, so the tool has nothing to compare there)."""
+    code = 1 if images_bad else 0
+    result = check_batch_tool(repo_root, tmp_path, trainer, scope, nproc, layout)
     assert not result.timed_out and result.returncodes[0] == code, result.log(0)[-3000:]
-    assert result.ranks_logging("batch check " + ("failed" if code else "passed")) == [0, 1]
-    table = result.log(0)
-    assert "images" in table and "labels" in table
-    if code:
-        assert "disagree" in table and "[1]" in table
+    assert result.ranks_logging("batch check " + ("failed" if code else "passed")) == list(range(nproc))
+    rows = field_rows(result.log(0))
+    assert sorted(rows) == ["images", "labels"], result.log(0)[-3000:]
+    verdicts = {name: line.split()[2] for name, line in rows.items()}
+    if images_bad:
+        assert verdicts["images"] == "disagree" and f" {images_bad} " in rows["images"], rows
+    else:
+        assert set(verdicts.values()) == {"agree"}, rows
+
+
+def field_rows(log):
+    """{field: its table line} from the tool's table (the lines after its header)."""
+    lines = log.splitlines()
+    header = max(i for i, line in enumerate(lines) if line.startswith("field ") and "placement_idx" in line)
+    rows = {}
+    for line in lines[header + 1:]:
+        cells = line.split()
+        if len(cells) < 4 or cells[2] not in ("agree", "disagree"):
+            break
+        rows[cells[0]] = line
+    return rows

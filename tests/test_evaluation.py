@@ -4,7 +4,6 @@ The demo model is trained for two steps on one rank; its checkpoint is then eval
 with ``--eval-only`` on the 1,437-image train split (odd, so data-parallel ranks need a
 filler row, and 1,437 is no multiple of the batch) on 1 rank and on dp2 x pp2.
 """
-import json
 import os
 import re
 

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import assert_refused_without_hang, rank_script
+from conftest import assert_refused_without_hang, rank_script, records_of_every_rank
 from libai_ext.testing import launch, ranks_device
 
 DEMO = "configs/demo_pipeline_cpu.py"
@@ -29,26 +29,41 @@ def graph_pairing(request, tmp_path_factory):
     dp, tp, pp = request.param
     result = launch(rank_script("graph_pairing.py"), dp * tp * pp, ["--dp", dp, "--tp", tp, "--pp", pp],
                     timeout=LAUNCH_TIMEOUT, workdir=str(tmp_path_factory.mktemp("graph-pairing")))
-    return {(r["trainer"], r["mixup"]): r for r in result.records(0)}
+    (records,) = records_of_every_rank(result, [0], count=4).values()  # (stock, fixed) x (plain, mixup)
+    return request.param, {(r["trainer"], r["mixup"]): r for r in records}
 
 
 @pytest.mark.parametrize("mixup", [False, True], ids=["plain", "mixup"])
 def test_consistent_batch_trainer_pairs_hold_in_a_train_graph(graph_pairing, mixup):
-    record = graph_pairing[("fixed", mixup)]
+    _, records = graph_pairing
+    record = records[("fixed", mixup)]
+    assert record["rows"] > 0
     assert record["mismatch"] == 0, f"{record['mismatch']} of {record['rows']} rows unpaired"
 
 
 @pytest.mark.parametrize("mixup", [False, True], ids=["plain", "mixup"])
-def test_stock_get_batch_breaks_pairs_in_a_train_graph(graph_pairing, mixup):
-    record = graph_pairing[("stock", mixup)]
-    assert record["mismatch"] > 0, "stock LiBai kept the pairs: the test cannot see the bug"
+def test_stock_get_batch_breaks_pairs_where_real_libai_does(graph_pairing, mixup):
+    """Batches as LiBai's samplers give them (rank_scripts/graph_pairing.py): stock breaks pairs with
+    mixup, and under dp x pp without it; at dp=1 without mixup every rank reads the same samples."""
+    (dp, _, pp), records = graph_pairing
+    record = records[("stock", mixup)]
+    if mixup or (dp > 1 and pp > 1):
+        assert record["mismatch"] > 0, "stock LiBai kept the pairs: the test cannot see the bug"
+    else:
+        assert record["mismatch"] == 0, "stock LiBai broke pairs that real LiBai keeps: not LiBai's batches"
 
 
 def test_pairing_model_modules_get_their_stages(graph_pairing):
-    assert graph_pairing[("fixed", False)]["modules"] == {"read": {"stage": 0}, "check": {"stage": 1}}
+    assert graph_pairing[1][("fixed", False)]["modules"] == {"read": {"stage": 0}, "check": {"stage": 1}}
 
 
 # --- b, d. graph vs eager on the demo model, pp2 ---------------------------------------------
+
+PARITY_MODES = ["eager", "graph", "graph_ckpt", "eager_acc2", "graph_acc2"]
+# README: "graph and eager losses agree within 2.1e-6 over the first 10 iterations on pp2"
+# (measured with benchmarks/graph_parity.py); the tests hold the modes to that claim.
+GRAPH_EAGER_ATOL = 5e-6
+
 
 @pytest.fixture(scope="module")
 def parity(tmp_path_factory):
@@ -56,9 +71,11 @@ def parity(tmp_path_factory):
     work = tmp_path_factory.mktemp("graph-parity")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     args = ["--config", os.path.join(root, DEMO), "--data", work / "data", "--output", work / "out",
-            "--iters", 10, "--modes", "eager,graph,graph_ckpt,eager_acc2,graph_acc2"]
+            "--iters", 10, "--modes", ",".join(PARITY_MODES)]
     result = launch(rank_script("graph_parity.py"), 2, args, timeout=LAUNCH_TIMEOUT, workdir=str(work / "logs"))
-    return {r["mode"]: r for r in result.records(0)}
+    (records,) = records_of_every_rank(result, [0], count=len(PARITY_MODES)).values()
+    assert [r["mode"] for r in records] == PARITY_MODES
+    return {r["mode"]: r for r in records}
 
 
 def test_same_seed_gives_the_same_initial_weights_in_every_mode(parity):
@@ -71,7 +88,7 @@ def test_graph_and_eager_losses_agree_for_10_iterations(parity):
     eager, graph = np.array(parity["eager"]["losses"]), np.array(parity["graph"]["losses"])
     assert len(eager) == len(graph) == 10
     assert np.ptp(eager) > 1e-2, "the loss did not move: the comparison would prove nothing"
-    assert np.abs(graph - eager).max() < 1e-4, np.abs(graph - eager)
+    assert np.abs(graph - eager).max() < GRAPH_EAGER_ATOL, np.abs(graph - eager)
 
 
 def test_demo_mixer_stages_follow_layer_idx(parity):
@@ -85,6 +102,7 @@ def test_activation_checkpointing_recomputes_blocks_and_keeps_the_losses(parity)
     checkpointed = sorted(n for n, entry in ckpt["modules"].items() if entry.get("checkpointing"))
     assert checkpointed == ["blocks.0", "blocks.1", "blocks.2", "blocks.3", "norm"]
     assert ckpt["compiled_ops"] > plain["compiled_ops"], "no recomputed ops in the compiled job"
+    assert len(ckpt["losses"]) == len(plain["losses"]) == 10
     assert np.abs(np.array(ckpt["losses"]) - plain["losses"]).max() < 1e-6
 
 
@@ -92,8 +110,8 @@ def test_graph_gradient_accumulation_matches_eager_micro_batches(parity):
     """num_accumulation_steps=2: one graph step = mean loss of two eager micro-batches (constant LR)."""
     eager = np.array(parity["eager_acc2"]["losses"]).reshape(-1, 2).mean(axis=1)
     graph = np.array(parity["graph_acc2"]["losses"])
-    assert len(graph) == 5
-    assert np.abs(graph - eager).max() < 1e-4, np.abs(graph - eager)
+    assert len(graph) == 5 and len(eager) == 5
+    assert np.abs(graph - eager).max() < GRAPH_EAGER_ATOL, np.abs(graph - eager)
 
 
 # --- c. tools/train_net.py in graph mode, and the refusals ----------------------------------
@@ -120,7 +138,9 @@ def test_train_net_graph_mode_trains_and_evaluates_pp2(repo_root, tmp_path):
     assert "Acc@1" in info["final_eval"]
     metrics = [json.loads(line) for line in (output / "metrics.json").read_text().splitlines()]
     assert max(m["iteration"] for m in metrics) == 6
-    assert all(np.isfinite(m["total_loss"]) for m in metrics if "total_loss" in m)
+    losses = [m["total_loss"] for m in metrics if "total_loss" in m]
+    assert len(losses) == 3, metrics  # log_period=2 over 6 iterations
+    assert np.isfinite(losses).all()
 
 
 @cpu_only

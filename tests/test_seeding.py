@@ -1,7 +1,7 @@
 """seed_everything: the same python, numpy and OneFlow streams on every rank; bad seeds refused."""
 import pytest
 
-from conftest import assert_refused_without_hang, rank_script
+from conftest import assert_refused_without_hang, rank_script, records_of_every_rank
 from libai_ext import seed_everything
 from libai_ext.testing import launch
 
@@ -10,10 +10,12 @@ NPROC = 4
 
 def test_all_ranks_draw_the_same_after_seeding():
     result = launch(rank_script("seeding.py"), NPROC, ["--seed", 7], timeout=180)
-    reference = result.record(0)
-    for rank in range(NPROC):
-        assert result.records(rank)[0]["seed_used"] == 7
-        assert result.record(rank) == reference, f"rank {rank} drew other numbers"
+    by_rank = records_of_every_rank(result, count=2)  # the seed used, then the draws
+    reference = by_rank[0][1]
+    assert sorted(reference) == ["numpy", "oneflow", "python"]
+    for rank, (seeded, drawn) in by_rank.items():
+        assert seeded["seed_used"] == 7
+        assert drawn == reference, f"rank {rank} drew other numbers"
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +25,8 @@ def scoped_draws():
     for scope in ("global", "data_parallel", "rank"):
         run = launch(rank_script("seeding.py"), 8, ["--dp", 2, "--tp", 2, "--pp", 2, "--seed", 7,
                                                      "--scope", scope], timeout=300)
-        results[scope] = {r: (run.records(r)[0]["dp_group"], run.record(r)) for r in range(8)}
+        by_rank = records_of_every_rank(run, count=2)
+        results[scope] = {r: (seeded["dp_group"], drawn) for r, (seeded, drawn) in by_rank.items()}
     return results
 
 
@@ -40,7 +43,8 @@ def test_scope_shares_streams_on_exactly_the_promised_ranks(scoped_draws, scope)
 def test_unseeded_ranks_differ():
     """Without the hook (stock LiBai), python's streams differ per rank: what seeding fixes."""
     result = launch(rank_script("seeding.py"), 2, [], timeout=180)
-    assert result.record(0)["python"] != result.record(1)["python"]
+    by_rank = records_of_every_rank(result, count=1)
+    assert by_rank[0][0]["python"] != by_rank[1][0]["python"]
 
 
 @pytest.mark.parametrize("bad", [-1, 2 ** 32, 1.5, "7", True, None])

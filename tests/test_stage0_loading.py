@@ -1,7 +1,7 @@
 """Stage-0-only loading: the same batches bit for bit, and no data work outside stage 0."""
 import pytest
 
-from conftest import rank_script
+from conftest import rank_script, records_of_every_rank
 from libai_ext.testing import launch
 
 
@@ -11,15 +11,17 @@ def test_stage0_only_batches_are_bit_identical(tmp_path, layout):
     nproc = dp * tp * pp
     result = launch(rank_script("stage0_loading.py"), nproc,
                     ["--dp", dp, "--tp", tp, "--pp", pp, "--data", tmp_path / "digits"], timeout=300)
-    default, stage0_only = result.records(0)
-    assert not default["stage0_only"] and stage0_only["stage0_only"]
-    assert len(default["digests"]) == 3
-    assert stage0_only["digests"] == default["digests"]
+    by_rank = records_of_every_rank(result, count=2)  # default path, then stage-0-only
+    assert len(by_rank) == nproc
     stage0 = range(nproc // pp)
-    for rank in range(nproc):
-        default, stage0_only = result.records(rank)
+    reference = by_rank[0][0]["digests"]
+    assert len(reference) == 3 and all(len(step) == 2 for step in reference)  # 3 steps x (images, labels)
+    for rank, (default, stage0_only) in by_rank.items():
+        assert not default["stage0_only"] and stage0_only["stage0_only"]
         assert default["served"] == 3 * 8  # the default path reads on every rank
         if rank in stage0:
+            assert default["digests"] == stage0_only["digests"] == reference, f"rank {rank}"
             assert stage0_only["served"] == 3 * 8
         else:
+            assert default["digests"] == stage0_only["digests"] == []
             assert stage0_only["served"] == 0 and stage0_only["loader"] == "Stage0OnlyLoader"

@@ -7,22 +7,28 @@ import itertools
 
 import pytest
 
-from conftest import rank_script
+from conftest import rank_script, records_of_every_rank
 from libai_ext.testing import launch
 
-LAYOUTS = {  # name: (nproc, args)
-    "1rank": (1, ["--sbps", "S0,B"]),
-    "dp2": (2, ["--dp", 2, "--sbps", "S0,B"]),
-    "dp2-tp2": (4, ["--dp", 2, "--tp", 2]),
-    "dp2-tp2-pp2-last-stage": (8, ["--dp", 2, "--tp", 2, "--pp", 2, "--layer-idx", -1]),
+ALL_SBPS = ("S0,B", "B,S1", "S0,S1")
+LAYOUTS = {  # name: (nproc, sbps, extra args)
+    "1rank": (1, ["S0,B"], []),
+    "dp2": (2, ["S0,B"], ["--dp", 2]),
+    "dp2-tp2": (4, ALL_SBPS, ["--dp", 2, "--tp", 2]),
+    "dp2-tp2-pp2-last-stage": (8, ALL_SBPS, ["--dp", 2, "--tp", 2, "--pp", 2, "--layer-idx", -1]),
 }
+IMPLS = ("ours", "stock_rank_seed", "stock_same_seed")
+KINDS = ("dropout", "droppath")
 
 
 @pytest.fixture(scope="module")
 def runs():
     results = {}
-    for name, (nproc, args) in LAYOUTS.items():
-        results[name] = launch(rank_script("stochastic.py"), nproc, args, timeout=300)
+    for name, (nproc, sbps, args) in LAYOUTS.items():
+        result = launch(rank_script("stochastic.py"), nproc, [*args, "--sbps", ";".join(sbps)], timeout=300)
+        # Every rank writes one record per (sbp, kind, impl), holding part of the tensor or not.
+        records_of_every_rank(result, count=len(sbps) * len(KINDS) * len(IMPLS))
+        results[name] = result
     return results
 
 
@@ -67,12 +73,20 @@ CASES = [(layout, sbp, kind) for layout in MULTI for sbp in ("S0,B", "B,S1", "S0
          for kind in ("dropout", "droppath")]
 
 
+# Pairs of the 4 ranks (2x2 grid) that hold disjoint parts of the same size.  DropPath keeps or
+# drops whole samples, so ranks that split only the feature axis hold the same samples.
+DISJOINT_PAIRS = {("S0,B", "dropout"): 4, ("B,S1", "dropout"): 4, ("S0,S1", "dropout"): 6,
+                  ("S0,B", "droppath"): 4, ("B,S1", "droppath"): 0, ("S0,S1", "droppath"): 4}
+
+
 @pytest.mark.parametrize("layout, sbp, kind", CASES)
 def test_ours_replicas_equal_shards_independent(runs, layout, sbp, kind):
     per_rank = masks(runs[layout], sbp, kind, "ours")
     assert len(per_rank) == 4  # the 4 ranks of the layer's stage
     assert replicas_agree(per_rank)
-    for a, b in shard_patterns(per_rank):
+    pairs = shard_patterns(per_rank)
+    assert len(pairs) == DISJOINT_PAIRS[sbp, kind]
+    for a, b in pairs:
         assert a != b, "two shards drew the same mask"
     kept = list(union(per_rank).values())
     assert 0.35 < sum(kept) / len(kept) < 0.65
@@ -88,22 +102,28 @@ def test_stock_dropout_breaks_replicas_or_shards(runs, layout):
 
 
 def test_stock_droppath_fails_on_tensor_parallel_inputs(runs):
-    for rec in runs["dp2-tp2"].records(0):
-        if rec["impl"].startswith("stock") and rec["kind"] == "droppath" and "S1" in rec["sbp"]:
-            assert rec["error"] and "split axis" in rec["error"]
+    stock_on_split_features = [rec for rec in runs["dp2-tp2"].records(0) if rec["impl"].startswith("stock")
+                               and rec["kind"] == "droppath" and "S1" in rec["sbp"]]
+    assert len(stock_on_split_features) == 4  # B,S1 and S0,S1, each with per-rank and identical seeds
+    for rec in stock_on_split_features:
+        assert rec["error"] and "split axis" in rec["error"], rec
 
 
 def test_ours_is_layout_invariant(runs):
     reference = union(masks(runs["1rank"], "S0,B", "dropout", "ours"))
     assert len(reference) == 64 * 12
-    for layout in LAYOUTS:
-        for sbp in ("S0,B", "B,S1", "S0,S1"):
+    compared = 0
+    for layout, (_, sbps, _) in LAYOUTS.items():
+        for sbp in sbps:
             per_rank = masks(runs[layout], sbp, "dropout", "ours")
-            if per_rank:
-                assert union(per_rank) == reference, f"{layout} {sbp} drew another global mask"
+            assert per_rank, f"{layout} {sbp}: no rank reported a mask"
+            assert union(per_rank) == reference, f"{layout} {sbp} drew another global mask"
+            compared += 1
+    assert compared == 1 + 1 + 3 + 3
 
 
 def test_stock_dropout_depends_on_layout(runs):
     one = union(masks(runs["1rank"], "S0,B", "dropout", "stock_same_seed"))
     eight = union(masks(runs["dp2-tp2-pp2-last-stage"], "S0,B", "dropout", "stock_same_seed"))
+    assert set(one) == set(eight) and len(one) == 64 * 12  # the same positions, drawn differently
     assert one != eight

@@ -1,5 +1,6 @@
 """Shared set-up for the scripts that tests run on every rank."""
 import argparse
+import inspect
 import os
 import sys
 import traceback
@@ -64,6 +65,13 @@ def image_loader_config(dataset, micro_batch, mixup_func=None, **train):
     cfg.dataloader = dict(train=LazyCall(build_image_train_loader)(
         dataset=[dataset], num_workers=0, mixup_func=mixup_func))
     return cfg
+
+
+def get_batch(trainer, data, mixup_func=None):
+    """``trainer.get_batch`` as LiBai's trainers call it; LiBai main's also takes the input device."""
+    device = {"input_placement_device": "cpu"} if "input_placement_device" in inspect.signature(
+        trainer.get_batch).parameters else {}
+    return trainer.get_batch(data, mixup_func=mixup_func, **device)
 
 
 def run_or_die(main):

@@ -1,7 +1,9 @@
 """On every rank: rank-dependent local batches through get_batch and one LiBai GraphTrainer step.
 
 The batches are those of ``pairing.py``: image value == label id (or, with mixup, the
-mixed-up id ``sum_c label[c] * c``), different ids on every rank.  The train graph runs a
+mixed-up id ``sum_c label[c] * c``), each rank holding the samples its trainer's sampler
+would read (the same samples on every rank at dp=1, as in real LiBai), with its own
+numpy stream for mixup.  The train graph runs a
 two-stage model whose output ``mismatch`` counts, on the last stage, the rows whose image
 id (read on stage 0) differs from its label id.  LiBai's own ``GraphTrainer.run_step``
 calls ``get_batch(data, loader.mixup_func)`` and the graph, as ``DefaultTrainer`` does
@@ -11,19 +13,17 @@ with ``graph.enabled=True``; rank 0 records the count it logged, per (trainer, m
 import numpy as np
 import oneflow as flow
 from flowvision.data import Mixup
-from libai.engine import DefaultTrainer
 from libai.engine.trainer import GraphTrainer
 from libai.utils import distributed as dist
 from libai.utils.events import EventStorage
 from oneflow import nn
 
 from common import layout_parser, run_or_die, setup_layout
-from libai_ext import ConsistentBatchTrainer
 from libai_ext.engine.graph import GraphBase, graph_module_settings
 from libai_ext.testing import write_rank_result
-from pairing import NUM_CLASSES, local_batch
+from pairing import CASES, NUM_CLASSES, local_batch
 
-TRAINERS = {"stock": DefaultTrainer, "fixed": ConsistentBatchTrainer}
+TRAINERS = {name: CASES[name] for name in ("stock", "fixed")}  # (trainer, sampler shard)
 
 
 def replicated():
@@ -89,15 +89,15 @@ def main():
         model = PairCheckModel()
         optimizer = flow.optim.SGD(model.parameters(), lr=0.0)
         graph = GraphBase(model, optimizer, is_train=True)
-        for name, trainer_cls in TRAINERS.items():
-            loader = OneBatchLoader(local_batch(rank, args.dp, with_aux=False), mixup if use_mixup else None)
+        for name, (trainer_cls, shard) in TRAINERS.items():
+            loader = OneBatchLoader(local_batch(shard(), args.dp, with_aux=False), mixup if use_mixup else None)
             with EventStorage(0) as storage:
                 GraphTrainer(graph, loader).run_step(trainer_cls.get_batch)
                 if rank == 0:
                     write_rank_result(
                         trainer=name, mixup=use_mixup,
                         mismatch=float(storage.history("total_loss").latest()),  # the only output
-                        rows=len(local_batch(rank, args.dp, False).get("labels").tensor) * args.dp,
+                        rows=len(local_batch(0, args.dp, False).get("labels").tensor) * args.dp,
                         modules=graph_module_settings(graph))
 
 

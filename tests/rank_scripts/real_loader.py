@@ -8,7 +8,7 @@ import numpy as np
 from libai.config import LazyCall
 from libai.engine import DefaultTrainer
 
-from common import image_loader_config, on_stage0, replicated_on_stage0, setup_layout_and_digits
+from common import get_batch, image_loader_config, on_stage0, replicated_on_stage0, setup_layout_and_digits
 from libai_ext import ConsistentBatchTrainer
 from libai_ext.data import CIFAR100Folder, cifar_test_transform
 from libai_ext.testing import write_rank_result
@@ -24,7 +24,7 @@ def main():
     for name, trainer in TRAINERS.items():
         folder = LazyCall(CIFAR100Folder)(root=args.data, train=True, transform=LazyCall(cifar_test_transform)())
         loader = trainer.build_train_loader(image_loader_config(folder, MICRO_BATCH))[0]
-        batch = trainer.get_batch(next(iter(loader)))
+        batch = get_batch(trainer, next(iter(loader)))
         images = replicated_on_stage0(batch["images"])
         labels = replicated_on_stage0(batch["labels"])
         if not on_stage0():
