@@ -183,6 +183,9 @@ def rank_main(argv):
     def main():
         args = default_argument_parser().parse_args(argv)
         cfg, trainer_cls = train_net.setup(args)
+        if cfg.graph.enabled:
+            raise ValueError("graph.enabled=True: check_equivalence records modules with eager hooks; "
+                             "run it with graph.enabled=False")
         recorder = ModuleRecorder(cfg.train.output_dir)
         trainer = train_net.build_trainer(cfg, recording_batches(trainer_cls, recorder))
         recorder.attach(trainer)
