@@ -161,7 +161,7 @@ def check(args):
     reference = args.layouts[0]
     print(f"\nper-iteration raw loss vs {reference} ({args.iters} iterations, global batch {global_batch}, "
           f"rtol {args.rtol:g}); runs in {args.workdir}")
-    print(f"| layout | ranks | max relative difference | first diverging iteration | first difference |")
+    print("| layout | ranks | max relative difference | first diverging iteration | first difference |")
     print("|---|---|---|---|---|")
     all_match = True
     for name in args.layouts[1:]:
