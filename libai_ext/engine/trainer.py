@@ -10,6 +10,7 @@ from libai.utils import distributed as dist
 
 from ..layers import name_stochastic_layers
 from .batch import consistent_batch
+from .resume import continue_finished_run, load_checkpoint_or_weights
 from .rng_state import RNGStateCheckpointer, preserved_rng_state
 from .stage0_loading import Stage0OnlyLoader
 
@@ -79,12 +80,20 @@ class ConsistentBatchTrainer(DefaultTrainer):
     ``--resume`` continues the exact random streams; evaluation runs inside a saved and
     restored random state, so it never shifts training's streams; stochastic layers of
     ``libai_ext.layers`` are keyed by their qualified names.
+
+    Initial weights: ``train.load_weight`` is loaded whenever training does not resume
+    (LiBai 0.1.1 ignores it without ``--resume``).  ``--resume`` with a larger
+    ``train.train_iter`` continues a finished run (``last_checkpoint`` = ``model_final``).
     """
+
+    def __init__(self, cfg):
+        continue_finished_run(cfg)
+        super().__init__(cfg)
 
     def resume_or_load(self, resume=True):
         if not isinstance(self.checkpointer, RNGStateCheckpointer):
             self.checkpointer = RNGStateCheckpointer.wrapping(self.checkpointer)
-        super().resume_or_load(resume)
+        load_checkpoint_or_weights(self, resume)
 
     @classmethod
     def build_model(cls, cfg):

@@ -236,8 +236,11 @@ class PatchEmbed(nn.Module):
         patch_size = to_2tuple(patch_size)
         self.patches_resolution = [self.img_size[0] // patch_size[0], self.img_size[1] // patch_size[1]]
         self.num_patches = self.patches_resolution[0] * self.patches_resolution[1]
-        self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=patch_size, stride=patch_size).to_global(
-            placement=dist.get_layer_placement(0), sbp=_broadcast_sbp())
+        conv = nn.Conv2d(in_chans, embed_dim, kernel_size=patch_size, stride=patch_size)
+        # The local init kernels run asynchronously and read the generator when they run: wait
+        # for them, or the global inits issued next may draw first (measured: 1 of 3 runs differed).
+        flow._oneflow_internal.eager.Sync()
+        self.proj = conv.to_global(placement=dist.get_layer_placement(0), sbp=_broadcast_sbp())
         self.norm = norm_layer(embed_dim, layer_idx=0) if norm_layer is not None else None
 
     def forward(self, x):

@@ -1,0 +1,86 @@
+"""tools/check_equivalence.py flags layouts that change the training and names where they part.
+
+Real runs of configs/demo_pipeline_cpu.py (real digits, random crop, mixup/cutmix) on 1 rank
+vs pp2, 2 iterations each, ``train.seed_scope=rank`` (each rank its own stream, as in stock LiBai):
+
+* stock LiBai on pp2: labels come from stage 1's mixup -> flagged at ``batch.labels``;
+* the plugin on pp2: every field from stage 0 -> passes;
+* a dropout seeded per rank (tests/configs/demo_rank_local_dropout.py) -> flagged at the
+  first dropout on stage 1.
+"""
+import importlib.util
+import os
+import re
+
+import pytest
+
+from conftest import ROOT
+
+ITERS = 2
+STOCK = "train.trainer=libai.engine.DefaultTrainer"
+
+
+def load_tool():
+    spec = importlib.util.spec_from_file_location("check_equivalence",
+                                                  os.path.join(ROOT, "tools", "check_equivalence.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+tool = load_tool()
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return tmp_path_factory.mktemp("digits")
+
+
+def check(tmp_path, capsys, data, config, layouts, *opts):
+    argv = ["--config-file", os.path.join(ROOT, config), "--layouts", *layouts, "--iters", str(ITERS),
+            "--timeout", "400", "--workdir", str(tmp_path), "train.seed_scope=rank",
+            f"dataloader.train.dataset.0.root.root={data}", *opts]
+    status = tool.main(argv)
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| layout")]
+    assert len(rows) == len(layouts) - 1, out
+    return status, rows, out
+
+
+def test_stock_pipeline_with_mixup_is_flagged_at_the_labels(tmp_path, capsys, data):
+    status, (row,), out = check(tmp_path, capsys, data, "configs/demo_pipeline_cpu.py", ["1", "pp2"], STOCK)
+    assert status == 1, out
+    assert "| pp2 | 2 |" in row and "| 0 |" in row, row
+    assert "iteration 0, forward: batch.labels differs" in row, row
+
+
+def test_plugin_pipeline_matches_one_rank(tmp_path, capsys, data):
+    status, (row,), out = check(tmp_path, capsys, data, "configs/demo_pipeline_cpu.py", ["1", "pp2"])
+    assert status == 0, out
+    assert row.startswith("| pp2 | 2 | 0 | - |"), row
+
+
+def test_dropout_seeded_per_rank_is_named(tmp_path, capsys, data):
+    status, (row,), out = check(tmp_path, capsys, data, "tests/configs/demo_rank_local_dropout.py", ["1", "pp2"])
+    assert status == 1, out
+    # Blocks 0-1 sit on stage 0 (rank 0 draws as on 1 rank); block 2 is stage 1's first dropout.
+    assert "iteration 0, forward: blocks.2.drop:out differs" in row, row
+
+
+@pytest.mark.parametrize("text, sizes", [("1", (1, 1, 1)), ("pp2", (1, 1, 2)), ("dp2xtp2xpp2", (2, 2, 2)),
+                                         ("tp4", (1, 4, 1))])
+def test_layout_names(text, sizes):
+    parsed = tool.parse_layout(text)
+    assert (parsed["dp"], parsed["tp"], parsed["pp"]) == sizes
+
+
+@pytest.mark.parametrize("text", ["2", "pp", "pp0", "pp2xpp2", "dp2*pp2", "mp2"])
+def test_bad_layouts_are_refused_by_name(text):
+    with pytest.raises(tool.UsageError, match=re.escape(f"--layouts: {text!r}")):
+        tool.parse_layout(text)
+
+
+def test_loss_comparison_reports_the_first_iteration_above_tolerance():
+    assert tool.compare_losses([1.0, 2.0, 3.0], [1.0, 2.0, 3.0], 1e-5) == (0.0, None)
+    worst, first = tool.compare_losses([1.0, 2.0, 4.0], [1.0, 2.1, 4.0], 1e-5)
+    assert first == 1 and worst == pytest.approx(0.05)
