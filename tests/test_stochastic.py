@@ -100,7 +100,8 @@ CASES = [(layout, sbp, kind, mode) for layout in MULTI for sbp in LIBAI_SBPS
 def test_replicas_equal_shards_independent(runs, layout, sbp, kind, mode):
     per_rank = masks(runs[layout], "libai", sbp, kind, mode)
     pairs = assert_sbp_correct(per_rank, 4, kind)  # the 4 ranks of the layer's stage
-    assert pairs, "no two ranks hold disjoint shards"
+    if kind == "dropout" or sbp.startswith("S0"):  # DropPath's mask splits with the batch only
+        assert pairs, "no two ranks hold disjoint shards"
 
 
 USER_CASES = [(layout, sbp, kind, mode) for layout in ["dp2"] + MULTI for sbp in USER_SBPS

@@ -86,7 +86,7 @@ class _CounterStream(nn.Module):
 
     def _next_call(self):
         """This call's number, counted on the host; the buffer follows on device, unread."""
-        if self._reread_calls:
+        if self._reread_calls and not self.calls.is_lazy:  # (not while nn.Graph traces)
             self._reread_calls = False
             calls = self.calls.to_local() if self.calls.is_global else self.calls
             # Ranks outside the buffer's placement (other pipeline stages) hold no part of
