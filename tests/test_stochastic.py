@@ -185,6 +185,21 @@ def test_layout_invariant_mode_draws_one_global_mask_everywhere(runs, kind):
     assert checked == 2 + 12 + 2 * 14
 
 
+@pytest.mark.parametrize("layout", ["dp2"] + MULTI)
+def test_graph_path_draws_the_eager_mask(runs, layout):
+    """Under nn.Graph the layout_invariant mask comes from global ops only: the same mask."""
+    checked = 0
+    for where, sbps in (("libai", LIBAI_SBPS), ("user", USER_SBPS)):
+        for sbp in sbps:
+            if layout == "dp2" and where == "libai" and sbp != "S0,B":
+                continue
+            recs = records(runs[layout], where, sbp, "dropout", "global_path")
+            holders = [rec["agrees"] for rec in recs.values() if rec["agrees"] is not None]
+            assert holders and all(holders), f"{where} {sbp}: {holders}"
+            checked += 1
+    assert checked == (8 if layout == "dp2" else 10)
+
+
 def test_fast_mode_depends_on_layout_like_stock(runs):
     one = union(masks(runs["1rank"], "libai", "S0,B", "dropout", "fast"))
     eight = union(masks(runs["dp2-tp2-pp2-last-stage"], "libai", "S0,B", "dropout", "fast"))
@@ -267,7 +282,7 @@ def test_resumed_layer_continues_the_stream(mode):
     x = _one_rank_global(flow.ones(8, 8))
     run = layer()
     masks_seen = [run(x).numpy() for _ in range(3)]
-    assert int(run.calls.to_local().item()) == 3
+    assert int(run.state_dict()["calls"].to_local().item()) == 3
     resumed = layer()
     resumed.load_state_dict(run.state_dict())
     following = run(x).numpy()

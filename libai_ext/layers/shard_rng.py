@@ -11,6 +11,7 @@ makes the native kernel SBP-correct at native speed, with no communication:
 
 Masks are reproducible on the same layout; unlike ``counter_rng``, they change with it.
 """
+import functools
 import hashlib
 
 import numpy as np
@@ -23,13 +24,17 @@ def shard_coordinates(placement, sbp):
     ``()`` for a fully replicated layout; ``None`` when this rank is outside ``placement``
     (it holds no data, any seed will do).
     """
-    ranks = np.asarray(placement.ranks)
-    where = np.argwhere(ranks == flow.env.get_rank())
-    if not len(where):
+    coordinates = _rank_coordinates(placement)
+    if coordinates is None:
         return None
-    coordinates = where[0]
-    return tuple((axis, int(coordinates[axis])) for axis, s in enumerate(sbp)
+    return tuple((axis, coordinates[axis]) for axis, s in enumerate(sbp)
                  if s not in (flow.sbp.broadcast, flow.sbp.partial_sum))
+
+
+@functools.lru_cache(maxsize=256)
+def _rank_coordinates(placement):
+    where = np.argwhere(np.asarray(placement.ranks) == flow.env.get_rank())
+    return tuple(int(c) for c in where[0]) if len(where) else None
 
 
 def shard_generator(*words):

@@ -17,8 +17,8 @@ Each layer's stream is keyed by ``(train.seed, stream name, call counter)``:
   agree under every ``train.seed_scope``;
 * the stream name is the module's qualified name once ``name_stochastic_layers(model)`` ran
   (the trainer does it), otherwise its construction order;
-* the call counter is counted on the host, and mirrored in an int64 *buffer* so checkpoints
-  save it and a resumed run draws the same masks.
+* the call counter is counted on the host and written to an int64 *buffer* whenever a state
+  dict is taken, so checkpoints save it and a resumed run draws the same masks.
 """
 import itertools
 
@@ -26,7 +26,7 @@ import oneflow as flow
 from libai.utils import distributed as dist
 from oneflow import nn
 
-from .counter_rng import derive_keys, keep_mask
+from .counter_rng import derive_keys, keep_mask, keep_threshold, local_counter_bits, shard_box
 from .shard_rng import shard_coordinates, shard_generator
 
 RANDOMNESS_MODES = ("layout_invariant", "fast")
@@ -80,12 +80,18 @@ class _CounterStream(nn.Module):
         self._host_calls = 0
         self._reread_calls = False
 
+    def _save_to_state_dict(self, *args, **kwargs):
+        if not self._reread_calls:  # (a buffer loaded but not yet read is current already)
+            self.calls.fill_(self._host_calls)
+        super()._save_to_state_dict(*args, **kwargs)
+
     def _load_from_state_dict(self, *args, **kwargs):
         super()._load_from_state_dict(*args, **kwargs)
         self._reread_calls = True  # from the loaded buffer, at the next call
 
     def _next_call(self):
-        """This call's number, counted on the host; the buffer follows on device, unread."""
+        """This call's number, counted on the host (a device op per call would cost more than
+        the fast mode's whole overhead); the buffer gets it when a state dict is taken."""
         if self._reread_calls and not self.calls.is_lazy:  # (not while nn.Graph traces)
             self._reread_calls = False
             calls = self.calls.to_local() if self.calls.is_global else self.calls
@@ -95,7 +101,6 @@ class _CounterStream(nn.Module):
                 self._host_calls = int(calls.item())
         call = self._host_calls
         self._host_calls += 1
-        self.calls.add_(1)
         return call
 
     def drop(self, x, mask_shape=None, mask_sbp=None):
@@ -106,13 +111,29 @@ class _CounterStream(nn.Module):
         mode = self.randomness or _randomness
         if mode == "fast":
             return self._drop_native(x, call, mask_shape, mask_sbp)
-        shape = mask_shape or x.shape
-        keys = derive_keys(_layer_seed, self.stream, call)
-        if x.is_global:
-            keep = keep_mask(shape, self.rate, keys, x.placement, mask_sbp or x.sbp)
-        else:
-            keep = keep_mask(shape, self.rate, keys, device=x.device)
-        return x * (keep.to(x.dtype) * (1.0 / (1.0 - self.rate)))
+        return x * self._counter_mask(x, tuple(mask_shape or x.shape), mask_sbp or (x.sbp if x.is_global else None),
+                                      derive_keys(_layer_seed, self.stream, call))
+
+    def _counter_mask(self, x, shape, sbp, keys):
+        """0 or 1/(1-p) per element, laid out like ``x`` (``P`` read as ``B``)."""
+        scale = 1.0 / (1.0 - self.rate)
+        if not x.is_global:
+            return keep_mask(shape, self.rate, keys, device=x.device).to(x.dtype) * scale
+        sbp = _replicated(sbp)
+        if x.is_lazy:  # nn.Graph: global ops only
+            return keep_mask(shape, self.rate, keys, x.placement, sbp).to(x.dtype) * scale
+        # Eager: this rank's slice from local ops (cheaper to launch), written into the local
+        # part of a global tensor: no communication, whatever the placement.
+        mask = flow.empty(shape, dtype=x.dtype, placement=x.placement, sbp=sbp)
+        box = shard_box(shape, x.placement, sbp)
+        if box is not None:
+            target = mask.to_local()
+            bits = local_counter_bits(shape, *box, keys, device=target.device)
+            if tuple(bits.shape) != tuple(target.shape):
+                raise RuntimeError(f"{type(self).__name__}: shard {tuple(bits.shape)} computed for sbp {sbp} "
+                                   f"on {x.placement}, OneFlow holds {tuple(target.shape)}")
+            flow._C.assign_local_tensor(target, (bits >= keep_threshold(self.rate)).to(x.dtype) * scale)
+        return mask
 
     def _drop_native(self, x, call, mask_shape, mask_sbp):
         coordinates = shard_coordinates(x.placement, mask_sbp or x.sbp) if x.is_global else ()

@@ -15,7 +15,7 @@ from libai.utils import distributed as dist
 
 from common import layout_parser, run_or_die, setup_layout
 from libai_ext import seed_everything
-from libai_ext.layers import DropPath, Dropout
+from libai_ext.layers import DropPath, Dropout, derive_keys, keep_mask, layer_seed
 from libai_ext.testing import write_rank_result
 
 S, B, P_SUM = flow.sbp.split, flow.sbp.broadcast, flow.sbp.partial_sum
@@ -81,7 +81,20 @@ def impls(kind, layer_idx=0, with_stock=True):
     return layers
 
 
+def global_path_agrees(x):
+    """The mask from global ops only (what nn.Graph runs) equals the eager, local-op one."""
+    keys = derive_keys(layer_seed(), "probe-dropout", 0)
+    eager = ours("dropout", "layout_invariant")(x)
+    traced = x * keep_mask(x.shape, P, keys, x.placement, x.sbp).to(x.dtype) * (1.0 / (1.0 - P))
+    if flow.env.get_rank() not in x.placement.ranks.flatten().tolist():
+        return None
+    return bool(np.array_equal(eager.to_local().numpy(), traced.to_local().numpy()))
+
+
 def record(where, sbp_name, x, layer_idx=0, with_stock=True):
+    if x.is_global:
+        write_rank_result(where=where, sbp=sbp_name, kind="dropout", impl="global_path",
+                          agrees=global_path_agrees(x), mask=[])
     for kind in ("dropout", "droppath"):
         for impl, layer in impls(kind, layer_idx, with_stock).items():
             try:
