@@ -251,6 +251,24 @@ def test_layout_invariant_mask_statistics(shape, rate):
         assert abs(z) < 4.5, f"{name}: correlation z = {z:.1f}"
 
 
+@pytest.mark.parametrize("shape", [(64, 12), (4, 5, 6, 7)])
+def test_a_shards_bits_from_local_ops_equal_the_global_tensors(shape):
+    """Eager ranks hash their slice with local ops; the bits must be those of the whole tensor
+    (slices cut anywhere, one element wide included)."""
+    from libai_ext.layers.counter_rng import counter_bits, derive_keys, local_counter_bits
+
+    keys = derive_keys(1234, "probe", 3)
+    whole = counter_bits(shape, keys).numpy()
+    boxes = [((0, shape[0]), (0, shape[1])), ((1, 3), (3, 4)), ((2, 3), (1, 5)), ((0, shape[0]), (4, 5))]
+    assert len(boxes) == 4
+    for (lo0, hi0), (lo1, hi1) in boxes:
+        lo, hi = [lo0, lo1] + [0] * (len(shape) - 2), [hi0, hi1] + list(shape[2:])
+        if len(shape) > 2:
+            lo[-1], hi[-1] = 2, 3
+        part = local_counter_bits(shape, lo, hi, keys).numpy()
+        np.testing.assert_array_equal(part, whole[tuple(slice(a, b) for a, b in zip(lo, hi))])
+
+
 def _one_rank_global(x):
     return x.to_global(placement=flow.placement("cpu", ranks=[0]), sbp=flow.sbp.broadcast)
 

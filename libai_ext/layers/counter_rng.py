@@ -8,10 +8,12 @@ never on which rank computes it.  Hence, with no communication:
 * shards (``S``) compute different bits, each rank for its own slice only,
 * the same keys give the same global tensor on 1 rank and on (2, 2, 2), for any placement.
 
-The hash is built for OneFlow 0.9.0's CPU kernels (measured), where wrapping ``int32``
-``*``/``-`` and ``+`` of a scalar are cheap, ``int64`` ops, ``%``, tensor ``+`` tensor and
-broadcasting two vectors against each other are not, each op costs 0.1-0.3 ms of overhead
-on a loaded host (so fewer, larger ops win), and there are no bitwise ops:
+The hash is built for OneFlow 0.9.0's kernels (measured on CPU), where ``int32`` ``*``, ``-``,
+``//`` and ``+`` of a Python int are exact (wrapping) and cheap, while ``int32`` tensor ``+``
+tensor (and unary ``-``) go through floating point and round, so they are never used;
+``int64`` ops, ``%`` and broadcasting two vectors against each other are slow; each op costs
+0.1-0.3 ms of launch overhead on a loaded host (so fewer, larger ops win); there are no
+bitwise ops:
 
 1. ``h = -flat_index * C (mod 2**32)``: with ``C`` odd this is a bijection, so no two
    elements of a tensor under 2**32 elements share an input.  One ``arange`` when no
@@ -58,7 +60,7 @@ def _shift_right(h, bits):
 def finalize(h, keys):
     """Two quadratic rounds with shift-adds (see the module docstring)."""
     h = h * (h + keys[1])
-    h = h - _shift_right(h, 16)  # tensor - tensor: measured 3x cheaper than + on CPU
+    h = h - _shift_right(h, 16)  # tensor - tensor: exact (tensor + tensor is not, see above)
     h = h * (h + keys[2])
     h = h - _shift_right(h, 16)  # without it: 1.7x the expected squared z of 2x2 rectangles
     return h * _M
@@ -173,20 +175,20 @@ def local_counter_bits(shape, lo, hi, keys, device=None):
         return counter_bits((), keys, device=device)
     strides = [int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(len(shape))]
     runs = _box_runs(shape, lo, hi)
-    terms = []
-    for run in runs:
+
+    def term(run, sign):  # sign * C * (flat index contribution of the run's dims)
         first, size = run[0], int(np.prod([local_shape[d] for d in run], dtype=np.int64))
-        term = flow.arange(size, dtype=flow.int32, device=device) * _signed32(-keys[0] * strides[run[-1]])
-        term = term + _signed32(-keys[0] * lo[first] * strides[first])
+        values = flow.arange(size, dtype=flow.int32, device=device) * _signed32(sign * keys[0] * strides[run[-1]])
         view = [1] * len(shape)
         for d in run:
             view[d] = local_shape[d]
-        terms.append(term.reshape(view))
-    if len(terms) == 1:
-        return finalize(terms[0].reshape(local_shape), keys)
+        return (values + _signed32(sign * keys[0] * lo[first] * strides[first])).reshape(view)
+
+    if len(runs) == 1:
+        return finalize(term(runs[0], -1).reshape(local_shape), keys)
     h = flow.zeros(local_shape, dtype=flow.int32, device=device)
-    for term in terms:
-        h = h + term  # full + vector (cheap); the terms hold -flat * C already
+    for run in runs:
+        h = h - term(run, 1)  # (int32 tensor + tensor goes through float in OneFlow 0.9.0: - only)
     return finalize(h, keys)
 
 
