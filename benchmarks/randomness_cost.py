@@ -80,7 +80,8 @@ def run_step(variant, iters, workdir, tag):
     output = os.path.join(workdir, f"step_{tag}")
     args = ["--config-file", os.path.join(ROOT, "configs", "swin_digits_cpu.py"), f"train.train_iter={iters}",
             "train.evaluation.enabled=False", "train.log_period=1000", f"train.output_dir={output}",
-            f"dataloader.train.dataset.0.root.root={workdir}/data", f"dataloader.test.0.dataset.root.root={workdir}/data",
+            f"dataloader.train.dataset.0.root.root={workdir}/data",
+            f"dataloader.test.0.dataset.root.root={workdir}/data",
             *STEP_VARIANTS[variant]]
     launch(os.path.join(ROOT, "benchmarks", "timed_train_net.py"), 1, args, timeout=1800,
            workdir=os.path.join(workdir, f"logs_step_{tag}"))

@@ -25,6 +25,10 @@ bitwise ops:
    ``h -= h >> 16`` with the shift written ``h // 2**16`` (exact integer arithmetic, the same
    on every device), then ``h *= M``.
 
+Eager global tensors hash this rank's slice with local ops (``shard_box``, ``local_counter_bits``:
+fewer launch costs) and write it into the local part of a global mask; ``counter_bits`` with a
+placement, the same bits from global ops only, is what ``nn.Graph`` traces.
+
 The keys ``(C, a1, a2)`` are derived on the host from (seed, stream, call counter), so every
 call gets unrelated maps.  The high bits of ``h`` are the best mixed ones: masks compare ``h``
 against a threshold (``keep_mask``).  ``tests/test_stochastic.py`` checks the drop rate and the
@@ -170,7 +174,7 @@ def _box_runs(shape, lo, hi):
 def local_counter_bits(shape, lo, hi, keys, device=None):
     """``counter_bits`` of the slice ``[lo, hi)`` of a global tensor of ``shape``, as a local
     tensor on ``device``: the same bits, from local ops (cheaper to launch than global ones)."""
-    local_shape = [h - l for l, h in zip(lo, hi)]
+    local_shape = [end - start for start, end in zip(lo, hi)]
     if not shape:
         return counter_bits((), keys, device=device)
     strides = [int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(len(shape))]
