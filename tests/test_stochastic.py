@@ -1,45 +1,58 @@
-"""Dropout / DropPath masks: equal on replicas, independent across shards, layout-invariant.
+"""Dropout / DropPath masks: equal on replicas, independent across shards, on any placement.
 
-Stock OneFlow dropout (what LiBai uses) breaks one rule or the other depending on
-seeding, and LiBai's DropPath cannot take tensor-parallel-split inputs.
+Both modes (``train.randomness``): "layout_invariant" also draws the same global mask on
+1, 2 and 8 ranks; "fast" (OneFlow's native kernel, seeded per shard) only on the same layout.
+Stock OneFlow dropout (what LiBai uses) breaks one rule or the other depending on seeding,
+and LiBai's DropPath cannot take tensor-parallel-split inputs.
 """
 import itertools
+import os
 
+import numpy as np
+import oneflow as flow
 import pytest
 
-from conftest import rank_script, records_of_every_rank
+from conftest import assert_refused_without_hang, rank_script, records_of_every_rank
 from libai_ext.testing import launch
 
-ALL_SBPS = ("S0,B", "B,S1", "S0,S1")
-LAYOUTS = {  # name: (nproc, sbps, extra args)
-    "1rank": (1, ["S0,B"], []),
-    "dp2": (2, ["S0,B"], ["--dp", 2]),
-    "dp2-tp2": (4, ALL_SBPS, ["--dp", 2, "--tp", 2]),
-    "dp2-tp2-pp2-last-stage": (8, ALL_SBPS, ["--dp", 2, "--tp", 2, "--pp", 2, "--layer-idx", -1]),
+LAYOUTS = {  # name: (nproc, args)
+    "1rank": (1, ["--sbps", "S0,B"]),
+    "dp2": (2, ["--dp", 2, "--sbps", "S0,B"]),
+    "dp2-tp2": (4, ["--dp", 2, "--tp", 2]),
+    "dp2-tp2-pp2-last-stage": (8, ["--dp", 2, "--tp", 2, "--pp", 2, "--layer-idx", -1]),
 }
-IMPLS = ("ours", "stock_rank_seed", "stock_same_seed")
-KINDS = ("dropout", "droppath")
+MODES = ("layout_invariant", "fast")
+MULTI = ["dp2-tp2", "dp2-tp2-pp2-last-stage"]
+LIBAI_SBPS = ("S0,B", "B,S1", "S0,S1")
+USER_SBPS = ("1d:S0", "1d:S1", "1d:B", "2d:S0,B", "2d:B,S1", "2d:S0,S1", "2d:S1,S0")
+PARTIAL_SBPS = ("1d:P", "2d:S0,P", "2d:P,S1")
+SHAPE_ELEMENTS, SHAPE_ROWS = 64 * 12, 64
 
 
 @pytest.fixture(scope="module")
 def runs():
     results = {}
-    for name, (nproc, sbps, args) in LAYOUTS.items():
-        result = launch(rank_script("stochastic.py"), nproc, [*args, "--sbps", ";".join(sbps)], timeout=300)
-        # Every rank writes one record per (sbp, kind, impl), holding part of the tensor or not.
-        records_of_every_rank(result, count=len(sbps) * len(KINDS) * len(IMPLS))
-        results[name] = result
+    for name, (nproc, args) in LAYOUTS.items():
+        results[name] = launch(rank_script("stochastic.py"), nproc, args, timeout=600)
+        records_of_every_rank(results[name])  # a silent rank fails here, before any case is read
     return results
 
 
-def masks(result, sbp, kind, impl):
-    """{rank: {position: kept}} for the ranks that hold part of the tensor."""
+def records(result, where, sbp, kind, impl):
+    """{rank: record} of every rank that reported this case (all ranks must)."""
     out = {}
     for rank in range(result.nproc):
         for rec in result.records(rank):
-            if (rec["sbp"], rec["kind"], rec["impl"]) == (sbp, kind, impl) and rec["mask"]:
-                out[rank] = dict(rec["mask"])
+            if (rec["where"], rec["sbp"], rec["kind"], rec["impl"]) == (where, sbp, kind, impl):
+                out[rank] = rec
+    assert len(out) == result.nproc, f"{where} {sbp} {kind} {impl}: ranks {sorted(out)} reported"
     return out
+
+
+def masks(result, where, sbp, kind, impl):
+    """{rank: {position: kept}} for the ranks that hold part of the tensor."""
+    return {rank: dict(rec["mask"]) for rank, rec in records(result, where, sbp, kind, impl).items()
+            if rec["mask"]}
 
 
 def replicas_agree(per_rank):
@@ -68,62 +81,265 @@ def union(per_rank):
     return merged
 
 
-MULTI = ["dp2-tp2", "dp2-tp2-pp2-last-stage"]
-CASES = [(layout, sbp, kind) for layout in MULTI for sbp in ("S0,B", "B,S1", "S0,S1")
-         for kind in ("dropout", "droppath")]
-
-
-# Pairs of the 4 ranks (2x2 grid) that hold disjoint parts of the same size.  DropPath keeps or
-# drops whole samples, so ranks that split only the feature axis hold the same samples.
-DISJOINT_PAIRS = {("S0,B", "dropout"): 4, ("B,S1", "dropout"): 4, ("S0,S1", "dropout"): 6,
-                  ("S0,B", "droppath"): 4, ("B,S1", "droppath"): 0, ("S0,S1", "droppath"): 4}
-
-
-@pytest.mark.parametrize("layout, sbp, kind", CASES)
-def test_ours_replicas_equal_shards_independent(runs, layout, sbp, kind):
-    per_rank = masks(runs[layout], sbp, kind, "ours")
-    assert len(per_rank) == 4  # the 4 ranks of the layer's stage
-    assert replicas_agree(per_rank)
+def assert_sbp_correct(per_rank, holders, kind):
+    assert len(per_rank) == holders, f"{len(per_rank)} ranks hold data, expected {holders}"
+    assert replicas_agree(per_rank), "replicas drew different masks"
     pairs = shard_patterns(per_rank)
-    assert len(pairs) == DISJOINT_PAIRS[sbp, kind]
     for a, b in pairs:
         assert a != b, "two shards drew the same mask"
     kept = list(union(per_rank).values())
-    assert 0.35 < sum(kept) / len(kept) < 0.65
+    assert len(kept) == (SHAPE_ELEMENTS if kind == "dropout" else SHAPE_ROWS)
+    assert abs(sum(kept) - len(kept) / 2) < 4 * np.sqrt(len(kept)) / 2, "keep rate more than 4 sigma off 1/2"
+    return pairs
+
+
+CASES = [(layout, sbp, kind, mode) for layout in MULTI for sbp in LIBAI_SBPS
+         for kind in ("dropout", "droppath") for mode in MODES]
+
+
+@pytest.mark.parametrize("layout, sbp, kind, mode", CASES)
+def test_replicas_equal_shards_independent(runs, layout, sbp, kind, mode):
+    per_rank = masks(runs[layout], "libai", sbp, kind, mode)
+    pairs = assert_sbp_correct(per_rank, 4, kind)  # the 4 ranks of the layer's stage
+    if kind == "dropout" or sbp.startswith("S0"):  # DropPath's mask splits with the batch only
+        assert pairs, "no two ranks hold disjoint shards"
+
+
+USER_CASES = [(layout, sbp, kind, mode) for layout in ["dp2"] + MULTI for sbp in USER_SBPS
+              for kind in ("dropout", "droppath") for mode in MODES]
+
+
+@pytest.mark.parametrize("layout, sbp, kind, mode", USER_CASES)
+def test_placements_the_user_built(runs, layout, sbp, kind, mode):
+    """All ranks in 1D while LiBai's placement is 2D (or a stage), a 2D hierarchy of the user's."""
+    result = runs[layout]
+    assert_sbp_correct(masks(result, "user", sbp, kind, mode), result.nproc, kind)
+
+
+@pytest.mark.parametrize("layout", MULTI)
+@pytest.mark.parametrize("sbp", ["1d:S0", "2d:S0,B", "2d:S0,S1"])
+def test_stock_dropout_breaks_user_placements_too(runs, layout, sbp):
+    # Per-rank seeds: replicas disagree (when there are any); identical seeds: shards repeat.
+    rank_seeded = masks(runs[layout], "user", sbp, "dropout", "stock_rank_seed")
+    same_seed = shard_patterns(masks(runs[layout], "user", sbp, "dropout", "stock_same_seed"))
+    assert not replicas_agree(rank_seeded) or (same_seed and all(a == b for a, b in same_seed))
+
+
+@pytest.mark.parametrize("layout", ["dp2"] + MULTI)
+@pytest.mark.parametrize("sbp", PARTIAL_SBPS)
+@pytest.mark.parametrize("kind", ["dropout", "droppath"])
+@pytest.mark.parametrize("mode", MODES)
+def test_partial_sums_masked_alike_without_reduction(runs, layout, sbp, kind, mode):
+    """P in, P out (no all-reduce); summed, every element is 0 or x / (1 - p)."""
+    recs = records(runs[layout], "user", sbp, kind, mode)
+    for rank, rec in recs.items():
+        assert "partial_sum" in rec["out_sbp"], f"rank {rank}: output sbp {rec['out_sbp']}"
+        assert rec["mixed"] == 0, f"rank {rank}: {rec['mixed']} elements mixed two masks"
+    assert_sbp_correct({rank: dict(rec["mask"]) for rank, rec in recs.items()}, runs[layout].nproc, kind)
+
+
+@pytest.mark.parametrize("kind", ["dropout", "droppath"])
+@pytest.mark.parametrize("mode", MODES)
+def test_local_tensors_every_rank_alike(runs, kind, mode):
+    """A local tensor is its own whole tensor: the same mask on every rank."""
+    per_rank = masks(runs["dp2-tp2"], "local", "local", kind, mode)
+    assert len(per_rank) == 4 and replicas_agree(per_rank)
 
 
 @pytest.mark.parametrize("layout", MULTI)
 def test_stock_dropout_breaks_replicas_or_shards(runs, layout):
     # Per-rank seeds: replicas of the same rows draw different masks.
-    assert not replicas_agree(masks(runs[layout], "S0,B", "dropout", "stock_rank_seed"))
+    assert not replicas_agree(masks(runs[layout], "libai", "S0,B", "dropout", "stock_rank_seed"))
     # Identical seeds: every shard draws the same pattern.
-    pairs = shard_patterns(masks(runs[layout], "S0,S1", "dropout", "stock_same_seed"))
+    pairs = shard_patterns(masks(runs[layout], "libai", "S0,S1", "dropout", "stock_same_seed"))
     assert pairs and all(a == b for a, b in pairs)
 
 
 def test_stock_droppath_fails_on_tensor_parallel_inputs(runs):
-    stock_on_split_features = [rec for rec in runs["dp2-tp2"].records(0) if rec["impl"].startswith("stock")
-                               and rec["kind"] == "droppath" and "S1" in rec["sbp"]]
-    assert len(stock_on_split_features) == 4  # B,S1 and S0,S1, each with per-rank and identical seeds
-    for rec in stock_on_split_features:
-        assert rec["error"] and "split axis" in rec["error"], rec
+    failures = [rec for rec in records(runs["dp2-tp2"], "libai", "B,S1", "droppath", "stock_same_seed").values()]
+    assert len(failures) == 4
+    for rec in failures:
+        assert rec["error"] and "split axis" in rec["error"]
 
 
-def test_ours_is_layout_invariant(runs):
-    reference = union(masks(runs["1rank"], "S0,B", "dropout", "ours"))
-    assert len(reference) == 64 * 12
-    compared = 0
-    for layout, (_, sbps, _) in LAYOUTS.items():
+def reference(runs, kind):
+    ref = union(masks(runs["1rank"], "libai", "S0,B", kind, "layout_invariant"))
+    assert len(ref) == (SHAPE_ELEMENTS if kind == "dropout" else SHAPE_ROWS)
+    return ref
+
+
+@pytest.mark.parametrize("kind", ["dropout", "droppath"])
+def test_layout_invariant_mode_draws_one_global_mask_everywhere(runs, kind):
+    ref = reference(runs, kind)
+    checked = 0
+    for layout in LAYOUTS:
+        for where, sbps in (("libai", LIBAI_SBPS), ("user", USER_SBPS + PARTIAL_SBPS), ("local", ("local",))):
+            for sbp in sbps:
+                if layout in ("1rank", "dp2") and where == "libai" and sbp != "S0,B":
+                    continue
+                if layout == "1rank" and where == "user":
+                    continue
+                per_rank = masks(runs[layout], where, sbp, kind, "layout_invariant")
+                assert union(per_rank) == ref, f"{layout} {where} {sbp} drew another global mask"
+                checked += 1
+    # 1rank: libai + local; dp2: libai + 10 user + local; 4 and 8 ranks: 3 libai + 10 user + local each
+    assert checked == 2 + 12 + 2 * 14
+
+
+@pytest.mark.parametrize("layout", ["dp2"] + MULTI)
+def test_graph_path_draws_the_eager_mask(runs, layout):
+    """Under nn.Graph the layout_invariant mask comes from global ops only: the same mask."""
+    checked = 0
+    for where, sbps in (("libai", LIBAI_SBPS), ("user", USER_SBPS)):
         for sbp in sbps:
-            per_rank = masks(runs[layout], sbp, "dropout", "ours")
-            assert per_rank, f"{layout} {sbp}: no rank reported a mask"
-            assert union(per_rank) == reference, f"{layout} {sbp} drew another global mask"
-            compared += 1
-    assert compared == 1 + 1 + 3 + 3
+            if layout == "dp2" and where == "libai" and sbp != "S0,B":
+                continue
+            recs = records(runs[layout], where, sbp, "dropout", "global_path")
+            holders = [rec["agrees"] for rec in recs.values() if rec["agrees"] is not None]
+            assert holders and all(holders), f"{where} {sbp}: {holders}"
+            checked += 1
+    assert checked == (8 if layout == "dp2" else 10)
+
+
+def test_fast_mode_depends_on_layout_like_stock(runs):
+    one = union(masks(runs["1rank"], "libai", "S0,B", "dropout", "fast"))
+    eight = union(masks(runs["dp2-tp2-pp2-last-stage"], "libai", "S0,B", "dropout", "fast"))
+    assert len(one) == len(eight) == SHAPE_ELEMENTS and one != eight
 
 
 def test_stock_dropout_depends_on_layout(runs):
-    one = union(masks(runs["1rank"], "S0,B", "dropout", "stock_same_seed"))
-    eight = union(masks(runs["dp2-tp2-pp2-last-stage"], "S0,B", "dropout", "stock_same_seed"))
-    assert set(one) == set(eight) and len(one) == 64 * 12  # the same positions, drawn differently
+    one = union(masks(runs["1rank"], "libai", "S0,B", "dropout", "stock_same_seed"))
+    eight = union(masks(runs["dp2-tp2-pp2-last-stage"], "libai", "S0,B", "dropout", "stock_same_seed"))
     assert one != eight
+
+
+# ---- one process: statistics, gradients, counters -------------------------------------------
+
+def _mask(shape, rate, *words):
+    from libai_ext.layers import derive_keys, keep_mask
+    return keep_mask(shape, rate, derive_keys(*words)).numpy()
+
+
+def _z_correlation(a, b):
+    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    return np.corrcoef(a, b)[0, 1] * np.sqrt(a.size)
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.5])
+@pytest.mark.parametrize("shape", [(1000, 1000), (8, 197, 768), (64, 4, 64, 64)])
+def test_layout_invariant_mask_statistics(shape, rate):
+    """Drop rate within 4 sigma over >= 10^6 elements; no correlation (|z| < 4.5) between
+    neighbouring elements, rows, planes, steps or layers."""
+    mask = _mask(shape, rate, 1234, "probe", 0)
+    assert mask.size >= 10 ** 6
+    rows = mask.reshape(-1, shape[-1])
+    rate_z = (1 - mask.mean() - rate) / np.sqrt(rate * (1 - rate) / mask.size)
+    assert abs(rate_z) < 4, f"drop rate {1 - mask.mean():.5f} is {rate_z:.1f} sigma from {rate}"
+    pairs = {
+        "elements": (rows[:, 1:], rows[:, :-1]),
+        "rows": (rows[1:], rows[:-1]),
+        "rectangles": (rows[1:, 1:] ^ rows[:-1, 1:], rows[1:, :-1] ^ rows[:-1, :-1]),
+        "steps": (mask, _mask(shape, rate, 1234, "probe", 1)),
+        "layers": (mask, _mask(shape, rate, 1234, "other", 0)),
+        "seeds": (mask, _mask(shape, rate, 1235, "probe", 0)),
+    }
+    if len(shape) > 2:  # neighbouring planes (e.g. attention heads)
+        flat, plane = mask.ravel(), shape[-1] * shape[-2]
+        pairs["planes"] = (flat[plane:], flat[:-plane])
+    assert len(pairs) == (7 if len(shape) > 2 else 6)
+    for name, (a, b) in pairs.items():
+        z = _z_correlation(a, b)
+        assert abs(z) < 4.5, f"{name}: correlation z = {z:.1f}"
+
+
+@pytest.mark.parametrize("shape", [(64, 12), (4, 5, 6, 7)])
+def test_a_shards_bits_from_local_ops_equal_the_global_tensors(shape):
+    """Eager ranks hash their slice with local ops; the bits must be those of the whole tensor
+    (slices cut anywhere, one element wide included)."""
+    from libai_ext.layers.counter_rng import counter_bits, derive_keys, local_counter_bits
+
+    keys = derive_keys(1234, "probe", 3)
+    whole = counter_bits(shape, keys).numpy()
+    boxes = [((0, shape[0]), (0, shape[1])), ((1, 3), (3, 4)), ((2, 3), (1, 5)), ((0, shape[0]), (4, 5))]
+    assert len(boxes) == 4
+    for (lo0, hi0), (lo1, hi1) in boxes:
+        lo, hi = [lo0, lo1] + [0] * (len(shape) - 2), [hi0, hi1] + list(shape[2:])
+        if len(shape) > 2:
+            lo[-1], hi[-1] = 2, 3
+        part = local_counter_bits(shape, lo, hi, keys).numpy()
+        np.testing.assert_array_equal(part, whole[tuple(slice(a, b) for a, b in zip(lo, hi))])
+
+
+def _one_rank_global(x):
+    return x.to_global(placement=flow.placement("cpu", ranks=[0]), sbp=flow.sbp.broadcast)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("as_global", [False, True])
+def test_gradient_is_the_mask_scaled(mode, as_global):
+    from libai_ext.layers import Dropout
+
+    x = flow.ones(16, 32)
+    x = (_one_rank_global(x) if as_global else x).requires_grad_()
+    y = Dropout(0.25, randomness=mode).train()(x)
+    y.sum().backward()
+    y, grad = y.numpy(), x.grad.numpy()
+    np.testing.assert_allclose(np.unique(y), [0.0, 1 / 0.75], rtol=1e-6)
+    np.testing.assert_allclose(grad, y)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_resumed_layer_continues_the_stream(mode):
+    """The host-side counter is saved (as the ``calls`` buffer) and restored with the state dict."""
+    from libai_ext.layers import Dropout
+
+    def layer():
+        d = Dropout(0.5, randomness=mode).train()
+        d.stream = "probe"
+        return d
+
+    x = _one_rank_global(flow.ones(8, 8))
+    run = layer()
+    masks_seen = [run(x).numpy() for _ in range(3)]
+    assert int(run.state_dict()["calls"].to_local().item()) == 3
+    resumed = layer()
+    resumed.load_state_dict(run.state_dict())
+    following = run(x).numpy()
+    np.testing.assert_array_equal(resumed(x).numpy(), following)
+    assert not np.array_equal(masks_seen[-1], following), "the mask did not change between calls"
+
+
+def test_masks_ignore_the_seed_scope_and_eval_mode():
+    from libai_ext import seed_everything
+    from libai_ext.layers import Dropout
+
+    x = flow.ones(8, 8)
+    outputs = []
+    for scope in ("global", "rank"):
+        seed_everything(7, scope=scope, randomness="layout_invariant")
+        d = Dropout(0.5).train()
+        d.stream = "probe"
+        outputs.append(d(x).numpy())
+        assert np.array_equal(d.eval()(x).numpy(), x.numpy())
+    np.testing.assert_array_equal(*outputs)
+
+
+def test_randomness_refused_with_the_key():
+    from libai_ext import Dropout, seed_everything
+    from libai_ext.engine.seeding import seed_from_config
+    from omegaconf import OmegaConf
+
+    with pytest.raises(ValueError, match=r"train\.randomness='exact' is not one of"):
+        seed_from_config(OmegaConf.create({"train": {"seed": 1, "randomness": "exact"}}))
+    with pytest.raises(ValueError, match=r"train\.randomness='fastest' is not one of"):
+        seed_everything(1, randomness="fastest")
+    with pytest.raises(ValueError, match=r"randomness='fast ' is not one of"):
+        Dropout(0.1, randomness="fast ")
+
+
+def test_bad_randomness_stops_every_rank(repo_root, tmp_path):
+    args = ["--config-file", os.path.join(repo_root, "configs", "demo_pipeline_cpu.py"),
+            f"train.output_dir={tmp_path}/out", "train.randomness=exact"]
+    result = launch(os.path.join(repo_root, "tools", "train_net.py"), 2, args, timeout=300, check=False,
+                    workdir=str(tmp_path / "logs"), stop_on_failure=False)
+    assert_refused_without_hang(result, "train.randomness='exact' is not one of")

@@ -13,6 +13,9 @@ train = DictConfig(dict(
     seed=1234,
     # "global": the same streams on every rank; see README "Seeding scopes".
     seed_scope="global",
+    # Dropout/DropPath masks (libai_ext.layers): "layout_invariant" (the same masks on any layout)
+    # or "fast" (OneFlow's native kernel, seeded per shard); see README "Parallel-correct randomness".
+    randomness="layout_invariant",
     # Compare each field's local batch across the ranks that must agree: "off", "first" (one
     # small all-gather, once) or "every" step.  Works with stock DefaultTrainer too.
     batch_check="off",

@@ -23,6 +23,7 @@ from ..compat import apply_cpu_patches
 from .batch_check import BATCH_CHECK_MODES, install_batch_check
 from .graph import check_graph_options
 from .hooks import RawLossWriter
+from ..layers import DEFAULT_RANDOMNESS, check_randomness
 from .seeding import check_scope, check_seed, seed_from_config
 
 DEFAULT_TRAINER = "libai_ext.ConsistentBatchTrainer"
@@ -55,6 +56,7 @@ def check_config(cfg):
     trainer_cls = resolve_trainer(try_get_key(cfg, "train.trainer"))
     check_seed(try_get_key(cfg, "train.seed", default=0))
     check_scope(try_get_key(cfg, "train.seed_scope", default="global"))
+    check_randomness(try_get_key(cfg, "train.randomness", default=DEFAULT_RANDOMNESS))
     batch_check = try_get_key(cfg, "train.batch_check", default="off")
     if batch_check not in BATCH_CHECK_MODES:
         raise ValueError(f"train.batch_check={batch_check!r} is not one of {BATCH_CHECK_MODES}")

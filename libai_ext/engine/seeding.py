@@ -9,14 +9,16 @@ Scopes say which ranks share a stream:
 * ``"rank"``: every rank its own stream.
 
 Whatever the scope, the stochastic layers of ``libai_ext.layers`` key on ``seed`` itself:
-their masks are SBP-correct by construction, not by seeding.
+their masks are SBP-correct by construction, not by seeding.  ``randomness`` picks how
+(``train.randomness``): ``"layout_invariant"`` (the same global mask on any layout) or
+``"fast"`` (OneFlow's native kernels seeded per shard; the same mask on the same layout).
 """
 import random
 
 import numpy as np
 import oneflow as flow
 
-from ..layers import set_layer_seed
+from ..layers import DEFAULT_RANDOMNESS, check_randomness, set_layer_seed
 
 _SEED_LIMIT = 2 ** 32  # numpy's legacy RandomState accepts seeds in [0, 2**32)
 SEED_SCOPES = ("global", "data_parallel", "rank")
@@ -52,23 +54,27 @@ def scoped_seed(seed, scope):
     return int(np.random.SeedSequence(seed, spawn_key=key).generate_state(1)[0])
 
 
-def seed_everything(seed, scope="global"):
-    """Seed python, numpy and OneFlow (CPU and CUDA) on this rank; returns the seed used here.
+def seed_everything(seed, scope="global", randomness=DEFAULT_RANDOMNESS):
+    """Seed python, numpy and OneFlow (CPU and CUDA) on this rank and set the stochastic
+    layers' seed and mode; returns the seed used here.
 
     Call it on every rank, before building the model and data loaders.
     """
     seed = check_seed(seed)
+    check_randomness(randomness)
     local_seed = scoped_seed(seed, check_scope(scope))
     random.seed(local_seed)
     np.random.seed(local_seed)
     flow.manual_seed(local_seed)
     if flow.cuda.is_available():
         flow.cuda.manual_seed_all(local_seed)
-    set_layer_seed(seed)
+    set_layer_seed(seed, randomness)
     return local_seed
 
 
 def seed_from_config(cfg):
-    """The config hook: seed from ``train.seed`` / ``train.seed_scope`` before the trainer exists."""
+    """The config hook: seed from ``train.seed`` / ``train.seed_scope`` / ``train.randomness``
+    before the trainer exists."""
     train = cfg.train
-    return seed_everything(train.get("seed", 0), scope=train.get("seed_scope", "global"))
+    return seed_everything(train.get("seed", 0), scope=train.get("seed_scope", "global"),
+                           randomness=train.get("randomness", DEFAULT_RANDOMNESS))

@@ -1,18 +1,24 @@
 """Dropout and DropPath whose masks follow the SBP of their input.
 
-Drop-in replacements for ``flow.nn.Dropout`` / ``libai.layers.DropPath``.  Masks come
-from ``counter_rng``: identical on replicas (B), independent across shards (S), and
-the same global mask for the same seed whatever the layout (1 rank or (2, 2, 2)).
-No communication, no per-rank seeds.
+Drop-ins for ``flow.nn.Dropout`` / ``libai.layers.DropPath``: any global tensor (any
+placement, hierarchy and sbp, ``P`` included) or local tensor on any device.  Replicas
+(``B``, ``P``) draw the same mask, shards (``S``) independent ones, with no communication and
+no per-rank seeds.  Two ways, chosen by ``train.randomness`` (``seed_everything(...,
+randomness=...)``) or per layer:
 
-Each layer's random stream is keyed by ``(layer seed, stream name, call counter)``:
+* ``"layout_invariant"`` (``counter_rng``): each element's mask is a hash of its *global*
+  position, so the same seed gives the same global mask on 1 rank and on (2, 2, 2);
+* ``"fast"`` (``shard_rng``): OneFlow's native dropout kernel, its generator seeded per
+  shard; reproducible on the same layout only.
 
-* the layer seed is ``train.seed`` (``seed_everything`` sets it; never the per-scope seed,
-  so replicas agree under every seeding scope),
-* the stream name is the module's qualified name once ``name_stochastic_layers(model)``
-  ran (the trainer does it), otherwise its construction order,
-* the call counter is an int64 *buffer*: it is saved in the model's state dict, so
-  checkpoints restore it and a resumed run draws the same masks.
+Each layer's stream is keyed by ``(train.seed, stream name, call counter)``:
+
+* ``train.seed`` itself (``seed_everything`` sets it), never the per-scope seed, so replicas
+  agree under every ``train.seed_scope``;
+* the stream name is the module's qualified name once ``name_stochastic_layers(model)`` ran
+  (the trainer does it), otherwise its construction order;
+* the call counter is counted on the host and written to an int64 *buffer* whenever a state
+  dict is taken, so checkpoints save it and a resumed run draws the same masks.
 """
 import itertools
 
@@ -20,61 +26,139 @@ import oneflow as flow
 from libai.utils import distributed as dist
 from oneflow import nn
 
-from .counter_rng import counter_uniform, derive_keys
+from .counter_rng import derive_keys, keep_mask, keep_threshold, local_counter_bits, shard_box
+from .shard_rng import shard_coordinates, shard_generator
 
+RANDOMNESS_MODES = ("layout_invariant", "fast")
+DEFAULT_RANDOMNESS = "layout_invariant"
 _layer_seed = 0
+_randomness = DEFAULT_RANDOMNESS
 _construction_order = itertools.count()
 
 
-def set_layer_seed(seed):
-    """The seed every stochastic layer's stream is derived from (``seed_everything`` calls this)."""
-    global _layer_seed
+def check_randomness(mode, key="train.randomness"):
+    if mode not in RANDOMNESS_MODES:
+        raise ValueError(f"{key}={mode!r} is not one of {RANDOMNESS_MODES}")
+    return mode
+
+
+def set_layer_seed(seed, randomness=None):
+    """The seed (and mode) of every stochastic layer's stream (``seed_everything`` calls this)."""
+    global _layer_seed, _randomness
     _layer_seed = int(seed)
+    if randomness is not None:
+        _randomness = check_randomness(randomness)
 
 
 def layer_seed():
     return _layer_seed
 
 
-class _CounterStream(nn.Module):
-    """Drops what a mask drawn from this layer's counter-based stream says, scaling the rest."""
+def randomness():
+    """The mode layers without their own ``randomness`` use."""
+    return _randomness
 
-    def __init__(self, rate, layer_idx, what):
+
+def _replicated(sbp):
+    return [flow.sbp.broadcast if s == flow.sbp.partial_sum else s for s in sbp]
+
+
+class _CounterStream(nn.Module):
+    """Drops what a mask drawn from this layer's stream says, scaling the rest."""
+
+    def __init__(self, rate, layer_idx, randomness, what):
         if not 0.0 <= rate < 1.0:
             raise ValueError(f"{what} must be in [0, 1), got {rate}")
         super().__init__()
         self.rate = rate
+        self.randomness = None if randomness is None else check_randomness(randomness, "randomness")
         self.stream = f"#{next(_construction_order)}"
         self.layer_idx = layer_idx
         replicated = dist.get_nd_sbp([flow.sbp.broadcast, flow.sbp.broadcast])
         self.register_buffer("calls", flow.zeros((), dtype=flow.int64, sbp=replicated,
                                                  placement=dist.get_layer_placement(layer_idx)))
+        self._host_calls = 0
+        self._reread_calls = False
 
-    def uniform(self, shape, placement=None, sbp=None):
-        """Uniform values for ``shape`` (global with ``placement``/``sbp``); advances the counter."""
-        counter = self.calls
-        if placement is None:
-            counter = counter.to_local()
-        elif counter.placement != placement:
-            counter = counter.to_global(placement=placement)
-        values = counter_uniform(shape, derive_keys(_layer_seed, self.stream), counter, placement, sbp)
-        self.calls.add_(1)
-        return values
+    def _save_to_state_dict(self, *args, **kwargs):
+        if not self._reread_calls:  # (a buffer loaded but not yet read is current already)
+            self.calls.fill_(self._host_calls)
+        super()._save_to_state_dict(*args, **kwargs)
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        super()._load_from_state_dict(*args, **kwargs)
+        self._reread_calls = True  # from the loaded buffer, at the next call
+
+    def _next_call(self):
+        """This call's number, counted on the host (a device op per call would cost more than
+        the fast mode's whole overhead); the buffer gets it when a state dict is taken."""
+        if self._reread_calls and not self.calls.is_lazy:  # (not while nn.Graph traces)
+            self._reread_calls = False
+            calls = self.calls.to_local() if self.calls.is_global else self.calls
+            # Ranks outside the buffer's placement (other pipeline stages) hold no part of
+            # this layer's tensors in LiBai's layouts: they keep their own count.
+            if calls.numel():
+                self._host_calls = int(calls.item())
+        call = self._host_calls
+        self._host_calls += 1
+        return call
 
     def drop(self, x, mask_shape=None, mask_sbp=None):
         """``x`` with a mask of ``mask_shape`` (default: x's) applied, in training only."""
         if not self.training or self.rate == 0.0:
             return x
+        call = self._next_call()
+        mode = self.randomness or _randomness
+        if mode == "fast":
+            return self._drop_native(x, call, mask_shape, mask_sbp)
+        return x * self._counter_mask(x, tuple(mask_shape or x.shape), mask_sbp or (x.sbp if x.is_global else None),
+                                      derive_keys(_layer_seed, self.stream, call))
+
+    def _counter_mask(self, x, shape, sbp, keys):
+        """0 or 1/(1-p) per element, laid out like ``x`` (``P`` read as ``B``)."""
+        scale = 1.0 / (1.0 - self.rate)
+        if not x.is_global:
+            return keep_mask(shape, self.rate, keys, device=x.device).to(x.dtype) * scale
+        sbp = _replicated(sbp)
+        if x.is_lazy:  # nn.Graph: global ops only
+            return keep_mask(shape, self.rate, keys, x.placement, sbp).to(x.dtype) * scale
+        # Eager: this rank's slice from local ops (cheaper to launch), written into the local
+        # part of a global tensor: no communication, whatever the placement.
+        mask = flow.empty(shape, dtype=x.dtype, placement=x.placement, sbp=sbp)
+        box = shard_box(shape, x.placement, sbp)
+        if box is not None:
+            target = mask.to_local()
+            bits = local_counter_bits(shape, *box, keys, device=target.device)
+            if tuple(bits.shape) != tuple(target.shape):
+                raise RuntimeError(f"{type(self).__name__}: shard {tuple(bits.shape)} computed for sbp {sbp} "
+                                   f"on {x.placement}, OneFlow holds {tuple(target.shape)}")
+            flow._C.assign_local_tensor(target, (bits >= keep_threshold(self.rate)).to(x.dtype) * scale)
+        return mask
+
+    def _drop_native(self, x, call, mask_shape, mask_sbp):
+        coordinates = shard_coordinates(x.placement, mask_sbp or x.sbp) if x.is_global else ()
+        generator = shard_generator(_layer_seed, self.stream, call, coordinates)
+        partial = x.is_global and flow.sbp.partial_sum in x.sbp
+        if mask_shape is None and not partial:  # the fused kernel, on x itself
+            return flow._C.dropout(x, self.rate, True, False, generator)
+        # A mask of ones through the same kernel: per-sample masks, and partial sums
+        # (dropout's own sbp rules would reduce a P input first).
         shape = mask_shape or x.shape
-        values = self.uniform(shape, x.placement, mask_sbp or x.sbp) if x.is_global else self.uniform(shape)
-        return x * (values >= self.rate).to(x.dtype) / (1.0 - self.rate)
+        if x.is_global:
+            ones = flow.ones(shape, dtype=x.dtype, placement=x.placement, sbp=_replicated(mask_sbp or x.sbp))
+        else:
+            ones = flow.ones(shape, dtype=x.dtype, device=x.device)
+        return x * flow._C.dropout(ones, self.rate, True, False, generator)
 
 
 class Dropout(_CounterStream):
-    """Element-wise dropout: zeroes each element with probability ``p``, scales the rest by 1/(1-p)."""
+    """Element-wise dropout: zeroes each element with probability ``p``, scales the rest by 1/(1-p).
 
-    def __init__(self, p=0.5, *, layer_idx=0):
-        super().__init__(p, layer_idx, "Dropout probability p")
+    ``randomness``: ``"layout_invariant"`` or ``"fast"``; None (default) follows ``train.randomness``.
+    """
+
+    def __init__(self, p=0.5, *, layer_idx=0, randomness=None):
+        super().__init__(p, layer_idx, randomness, "Dropout probability p")
         self.p = p
 
     def forward(self, x):
@@ -87,8 +171,8 @@ class Dropout(_CounterStream):
 class DropPath(_CounterStream):
     """Stochastic depth: drops a whole sample's residual branch with probability ``drop_prob``."""
 
-    def __init__(self, drop_prob=0.0, *, layer_idx=0):
-        super().__init__(drop_prob, layer_idx, "DropPath drop_prob")
+    def __init__(self, drop_prob=0.0, *, layer_idx=0, randomness=None):
+        super().__init__(drop_prob, layer_idx, randomness, "DropPath drop_prob")
         self.drop_prob = drop_prob
 
     def forward(self, x):
