@@ -19,6 +19,7 @@ import numpy as np
 import oneflow as flow
 
 from ..layers import DEFAULT_RANDOMNESS, check_randomness, set_layer_seed
+from .rng_state import cuda_device_count
 
 _SEED_LIMIT = 2 ** 32  # numpy's legacy RandomState accepts seeds in [0, 2**32)
 SEED_SCOPES = ("global", "data_parallel", "rank")
@@ -66,7 +67,9 @@ def seed_everything(seed, scope="global", randomness=DEFAULT_RANDOMNESS):
     random.seed(local_seed)
     np.random.seed(local_seed)
     flow.manual_seed(local_seed)
-    if flow.cuda.is_available():
+    # Asked of the devices: with CUDA "available" but no device (e.g. CUDA_VISIBLE_DEVICES="")
+    # seeding the CUDA generators aborts the process.
+    if cuda_device_count() > 0:
         flow.cuda.manual_seed_all(local_seed)
     set_layer_seed(seed, randomness)
     return local_seed
