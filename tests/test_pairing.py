@@ -1,9 +1,17 @@
-"""Images and labels stay paired through get_batch; stock LiBai's do not (the bug)."""
+"""Images and labels stay paired through get_batch; stock LiBai's do not (the bug).
+
+What stock LiBai does depends on the installed line: 0.1.1 has both halves of the bug; main
+builds every field on stage 0 (LiBai #255, so its pairs hold) but its samplers still ignore
+the stage-0 placement under dp x pp (two stage-0 shards read the same samples).
+"""
 import numpy as np
 import pytest
 
 from conftest import rank_script
+from libai_ext.compat import libai_line, libai_main
 from libai_ext.testing import launch
+
+LIBAI_MAIN = libai_line() is libai_main
 
 LAYOUTS = [  # (dp, tp, pp)
     (1, 1, 2),
@@ -44,10 +52,13 @@ def test_consistent_batch_trainer_keeps_pairs(pairing_run, mixup):
 
 
 @pytest.mark.parametrize("mixup", [False, True], ids=["plain", "mixup"])
-def test_stock_trainer_mismatches(pairing_run, mixup):
+def test_stock_trainer_pairs_as_its_line_does(pairing_run, mixup):
     (dp, tp, pp), result = pairing_run
     record = cases(result)[("stock", mixup)]
-    assert not paired(record), "stock LiBai unexpectedly kept the pairs: the test cannot see the bug"
+    if LIBAI_MAIN:  # every field from stage 0 since LiBai #255: also at dp=1 pp2 with mixup
+        assert paired(record), f"stock LiBai main broke the pairs: {record['image_ids']} vs {record['label_ids']}"
+    else:
+        assert not paired(record), "stock LiBai unexpectedly kept the pairs: the test cannot see the bug"
 
 
 def test_stage0_replicas_agree(pairing_run):
@@ -69,6 +80,7 @@ def test_real_loader_batches_are_distinct_and_paired(tmp_path, layout):
     fixed, stock = by_trainer["fixed"], by_trainer["stock"]
     assert fixed["distinct_samples"] == fixed["batch"] == 8 * dp
     assert fixed["labels_match"]
-    # Stock LiBai: two stage-0 shards read the same samples, labels come from others.
+    # Stock LiBai, both lines: two stage-0 shards read the same samples (the sampler half).
     assert stock["distinct_samples"] < stock["batch"]
-    assert not stock["labels_match"]
+    # 0.1.1's labels come from the last stage's other samples; main moves stage 0's labels.
+    assert stock["labels_match"] == LIBAI_MAIN

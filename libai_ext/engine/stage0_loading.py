@@ -16,7 +16,8 @@ import oneflow as flow
 from libai.data.structures import DistTensorData
 from libai.utils import distributed as dist
 
-from .batch import apply_mixup, check_fields, field_to_global_via_stage0
+from ..compat.layout import layer_placement
+from .batch import apply_mixup, check_fields, field_to_global_via_stage0, reraise_worker_error
 
 _LAYOUT_BYTES = 8192
 
@@ -31,6 +32,10 @@ class Stage0Batch:
     def __init__(self, batch, source):
         self.batch = batch
         self.source = source
+
+    def to_global(self, mixup_func=None, device_type=None):
+        """The global batch, as ``ConsistentBatchTrainer.get_batch`` returns it."""
+        return self.source.global_batch(self, mixup_func, device_type)
 
 
 class Stage0OnlyLoader:
@@ -51,10 +56,11 @@ class Stage0OnlyLoader:
             return (Stage0Batch(batch, self) for batch in self.loader)
         return iter(lambda: Stage0Batch(None, self), None)  # endless placeholders
 
-    def global_batch(self, item, mixup_func):
+    def global_batch(self, item, mixup_func, device_type=None):
         if self.reads_data:
+            reraise_worker_error(item.batch)
             fields = check_fields(item.batch)
-            tensors = apply_mixup({name: field.tensor for name, field in fields.items()}, mixup_func)
+            tensors = apply_mixup({name: field.tensor for name, field in fields.items()}, mixup_func, device_type)
             layout = {name: {"shape": list(tensors[name].shape), "dtype": str(tensors[name].dtype),
                              "sbp_list": list(field.sbp_list), "placement_idx": field.placement_idx}
                       for name, field in fields.items()}
@@ -66,9 +72,11 @@ class Stage0OnlyLoader:
         if not self.reads_data:
             fields = {name: DistTensorData(None, sbp_list=spec["sbp_list"], placement_idx=spec["placement_idx"])
                       for name, spec in self.layout.items()}
-            tensors = {name: flow.empty(spec["shape"], dtype=_dtype(spec["dtype"]))
+            device = layer_placement(0, device_type).type  # to_global drops them: only the kind matters
+            tensors = {name: flow.empty(spec["shape"], dtype=_dtype(spec["dtype"]), device=device)
                        for name, spec in self.layout.items()}
-        return {name: field_to_global_via_stage0(tensors[name], fields[name], name) for name in fields}
+        return {name: field_to_global_via_stage0(tensors[name], fields[name], name, device_type)
+                for name in fields}
 
 
 def _dtype(name):

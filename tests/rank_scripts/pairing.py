@@ -14,6 +14,7 @@ from libai.engine import DefaultTrainer
 
 from common import layout_parser, on_stage0, replicated_on_stage0, setup_layout
 from libai_ext import ConsistentBatchTrainer
+from libai_ext.compat.get_batch_api import call_get_batch
 from libai_ext.testing import write_rank_result
 
 NUM_CLASSES = 64
@@ -51,7 +52,7 @@ def main():
     for name, trainer in TRAINERS.items():
         for use_mixup in (False, True):
             data = local_batch(rank, args.dp, args.aux)
-            batch = trainer.get_batch(data, mixup if use_mixup else None)
+            batch = call_get_batch(trainer.get_batch, data, mixup if use_mixup else None)
             gathered = {k: replicated_on_stage0(v) for k, v in batch.items()}
             if not on_stage0():
                 continue
