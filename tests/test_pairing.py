@@ -1,8 +1,9 @@
 """Images and labels stay paired through get_batch; stock LiBai's do not (the bug).
 
-What stock LiBai does depends on the installed line: 0.1.1 has both halves of the bug; main
-builds every field on stage 0 (LiBai #255, so its pairs hold) but its samplers still ignore
-the stage-0 placement under dp x pp (two stage-0 shards read the same samples).
+What stock LiBai does depends on the installed line: 0.1.1 has both halves of the bug.  Main
+has neither: it builds every field on stage 0 (LiBai #255), and its
+``get_data_parallel_rank() = (rank // model_parallel_size) % dp`` with ``model_parallel_size``
+= tp (not tp * pp as in 0.1.1) is exactly the stage-0 placement's data-parallel index.
 """
 import numpy as np
 import pytest
@@ -80,7 +81,9 @@ def test_real_loader_batches_are_distinct_and_paired(tmp_path, layout):
     fixed, stock = by_trainer["fixed"], by_trainer["stock"]
     assert fixed["distinct_samples"] == fixed["batch"] == 8 * dp
     assert fixed["labels_match"]
-    # Stock LiBai, both lines: two stage-0 shards read the same samples (the sampler half).
-    assert stock["distinct_samples"] < stock["batch"]
-    # 0.1.1's labels come from the last stage's other samples; main moves stage 0's labels.
-    assert stock["labels_match"] == LIBAI_MAIN
+    if LIBAI_MAIN:  # main's sampler rank is the placement's, and labels move from stage 0
+        assert stock["distinct_samples"] == stock["batch"] == 8 * dp
+        assert stock["labels_match"]
+    else:  # 0.1.1: two stage-0 shards read the same samples, labels come from others
+        assert stock["distinct_samples"] < stock["batch"]
+        assert not stock["labels_match"]
