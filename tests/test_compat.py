@@ -84,6 +84,11 @@ def test_main_get_batch_arguments():
         split(("cpu",), {"input_placement_device": "cpu"}, libai_main)
 
 
+def test_run_step_arguments_per_line():
+    assert get_batch_api.run_step_arguments("cpu", libai_v0_1) == ()
+    assert get_batch_api.run_step_arguments("cpu", libai_main) == ("cpu",)
+
+
 # --- config keys --------------------------------------------------------------------------------
 
 def test_main_fills_what_an_0_1_config_lacks_and_keeps_what_it_sets():

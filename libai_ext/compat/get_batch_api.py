@@ -38,3 +38,18 @@ def call_get_batch(get_batch, data, mixup_func=None, device_type=None, line=None
 
         device_type = layer_placement(0).type
     return get_batch(data, *call_arguments(device_type, mixup_func, line))
+
+
+def run_step_arguments(device_type=None, line=None):
+    """What follows ``get_batch`` in ``trainer.run_step(get_batch, ...)``: main's input device, if any.
+
+    Main's ``run_step`` defaults to ``"cuda"``, which its stock ``get_batch`` passes to
+    ``tensor.to()`` before mixup: on a host without CUDA that aborts the process.
+    """
+    if "input_placement_device" not in (line or detect.libai_line()).GET_BATCH_ARGUMENTS:
+        return ()
+    if device_type is None:
+        from .layout import layer_placement
+
+        device_type = layer_placement(0).type
+    return (device_type,)

@@ -19,6 +19,7 @@ from oneflow import nn
 
 from common import layout_parser, run_or_die, setup_layout
 from libai_ext import ConsistentBatchTrainer
+from libai_ext.compat.get_batch_api import run_step_arguments
 from libai_ext.engine.graph import GraphBase, graph_module_settings
 from libai_ext.testing import write_rank_result
 from pairing import NUM_CLASSES, local_batch
@@ -92,7 +93,7 @@ def main():
         for name, trainer_cls in TRAINERS.items():
             loader = OneBatchLoader(local_batch(rank, args.dp, with_aux=False), mixup if use_mixup else None)
             with EventStorage(0) as storage:
-                GraphTrainer(graph, loader).run_step(trainer_cls.get_batch)
+                GraphTrainer(graph, loader).run_step(trainer_cls.get_batch, *run_step_arguments())
                 if rank == 0:
                     write_rank_result(
                         trainer=name, mixup=use_mixup,
