@@ -4,7 +4,7 @@ The batches are those of ``pairing.py``: image value == label id (or, with mixup
 mixed-up id ``sum_c label[c] * c``), different ids on every rank.  The train graph runs a
 two-stage model whose output ``mismatch`` counts, on the last stage, the rows whose image
 id (read on stage 0) differs from its label id.  LiBai's own ``GraphTrainer.run_step``
-calls ``get_batch(data, loader.mixup_func)`` and the graph, as ``DefaultTrainer`` does
+calls ``get_batch(data, [input device,] loader.mixup_func)`` and the graph, as ``DefaultTrainer`` does
 with ``graph.enabled=True``; rank 0 records the count it logged, per (trainer, mixup).
 """
 
