@@ -37,6 +37,14 @@ class Stage0Batch:
         """The global batch, as ``ConsistentBatchTrainer.get_batch`` returns it."""
         return self.source.global_batch(self, mixup_func, device_type)
 
+    # LiBai main's GraphTrainer concatenates grad_acc_steps micro-batches field by field through
+    # these two; outside stage 0 there is nothing to concatenate (the layout says the joined shape).
+    def get_fields(self):
+        return self.batch.get_fields() if self.batch is not None else {}
+
+    def get(self, key):
+        return self.batch.get(key)
+
 
 class Stage0OnlyLoader:
     """Wraps a train loader; on ranks outside stage 0 it never iterates it."""
