@@ -10,7 +10,7 @@ import logging
 
 from omegaconf import OmegaConf
 
-from . import compile_step, cpu_layer_norm, cuda_placements, detect
+from . import compile_step, cpu_layer_norm, cuda_placements
 from .detect import libai_line
 from .patching import applied
 
