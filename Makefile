@@ -11,7 +11,18 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.libai_ext-installed
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test experiment benchmark clean-venv
+# LiBai main (0.2.0) at commit 9dcbe3b, from its source archive, in a venv of its own.
+LIBAI_MAIN_ARCHIVE ?= ../shared/vendor/libai-main-9dcbe3b.tar.gz
+LIBAI_MAIN_VENV ?= .venv-libai-main
+# The multi-rank core on LiBai main: compat branches, pairing with LiBai's real loader and sampler
+# shards, stage-0-only loading, seeding, stochastic layers, the batch guard, evaluation padding,
+# exact resume, the train_net swap and graph mode.
+LIBAI_MAIN_TESTS ?= tests/test_compat.py tests/test_environment.py tests/test_batch_errors.py \
+  tests/test_pairing.py tests/test_stage0_loading.py tests/test_seeding.py tests/test_stochastic.py \
+  tests/test_batch_check.py tests/test_evaluation.py tests/test_resume.py tests/test_train_net.py \
+  tests/test_graph.py
+
+.PHONY: setup demo test test-libai-main experiment benchmark clean-venv
 
 setup: $(STAMP)
 
@@ -51,6 +62,13 @@ test: setup
 .PHONY: gpu-check
 gpu-check: setup
 	$(PY) tools/gpu_check.py
+
+# The same code on LiBai main: sets up $(LIBAI_MAIN_VENV) from the archive (once), runs the core there.
+test-libai-main:
+	@test -f "$(LIBAI_MAIN_ARCHIVE)" || { echo "make test-libai-main: no LiBai main archive at" \
+	  "$(LIBAI_MAIN_ARCHIVE); set LIBAI_MAIN_ARCHIVE=<path or pip requirement of LiBai main>" >&2; exit 1; }
+	$(MAKE) setup VENV=$(LIBAI_MAIN_VENV) LIBAI=$(LIBAI_MAIN_ARCHIVE)
+	$(LIBAI_MAIN_VENV)/bin/python -m pytest $(LIBAI_MAIN_TESTS) $(PYTEST_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

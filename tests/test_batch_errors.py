@@ -45,3 +45,44 @@ def test_valid_batch_leaves_the_callers_fields_local():
     data = batch(labels=DistTensorData(flow.zeros(2), placement_idx=-1))
     out = ConsistentBatchTrainer.get_batch(data)
     assert out["labels"].is_global and not data.get("labels").tensor.is_global
+
+
+def swap(x, y):
+    return x + 1, y
+
+
+def labelled():
+    return Instance(images=DistTensorData(flow.zeros(2, 3), placement_idx=0),
+                    labels=DistTensorData(flow.zeros(2), placement_idx=-1))
+
+
+def test_get_batch_takes_the_installed_lines_calling_convention():
+    from libai_ext.compat import libai_line, libai_main
+
+    if libai_line() is libai_main:
+        out = ConsistentBatchTrainer.get_batch(labelled(), "cpu", swap)  # trainers: (data, device, mixup)
+        assert out["images"].to_local().numpy().min() == 1.0
+        out = ConsistentBatchTrainer.get_batch(labelled(), "cpu")  # evaluator: (data, device)
+        assert out["images"].placement.type == "cpu"
+        out = ConsistentBatchTrainer.get_batch(labelled(), "cuda")  # main's default on a host without CUDA
+        assert out["images"].placement.type == ("cuda" if flow.cuda.is_available() else "cpu")
+    else:
+        out = ConsistentBatchTrainer.get_batch(labelled(), swap)  # trainers: (data, mixup)
+        assert out["images"].to_local().numpy().min() == 1.0
+        with pytest.raises(TypeError, match="at most 1"):
+            ConsistentBatchTrainer.get_batch(labelled(), "cpu", swap)
+    out = ConsistentBatchTrainer.get_batch(labelled(), mixup_func=swap)
+    assert out["images"].to_local().numpy().min() == 1.0
+
+
+def test_batch_guard_passes_the_installed_convention_through():
+    """The guard's wrapper hands get_batch the same arguments the trainer gave it (one rank)."""
+    from libai_ext.compat.get_batch_api import call_get_batch
+    from libai_ext.engine.batch_check import install_batch_check
+
+    trainer = object.__new__(ConsistentBatchTrainer)  # no loaders or model needed for get_batch
+    trainer.iter = 0
+    install_batch_check(trainer, "every")
+    out = call_get_batch(trainer.get_batch, labelled(), swap)
+    assert out["images"].to_local().numpy().min() == 1.0
+    assert trainer.get_batch.checked

@@ -9,7 +9,10 @@ import numpy as np
 import pytest
 
 from conftest import assert_refused_without_hang, rank_script, records_of_every_rank
+from libai_ext.compat import libai_line, libai_main
 from libai_ext.testing import launch, ranks_device
+
+LIBAI_MAIN = libai_line() is libai_main
 
 DEMO = "configs/demo_pipeline_cpu.py"
 LAUNCH_TIMEOUT = 600  # generous: other test runs may share the two cores
@@ -43,11 +46,13 @@ def test_consistent_batch_trainer_pairs_hold_in_a_train_graph(graph_pairing, mix
 
 @pytest.mark.parametrize("mixup", [False, True], ids=["plain", "mixup"])
 def test_stock_get_batch_breaks_pairs_where_real_libai_does(graph_pairing, mixup):
-    """Batches as LiBai's samplers give them (rank_scripts/graph_pairing.py): stock breaks pairs with
-    mixup, and under dp x pp without it; at dp=1 without mixup every rank reads the same samples."""
+    """Batches as LiBai's samplers give them (rank_scripts/graph_pairing.py): stock 0.1.1 breaks pairs
+    with mixup, and under dp x pp without it; at dp=1 without mixup every rank reads the same samples.
+    LiBai main keeps them everywhere (every field from stage 0, LiBai #255; its samplers read the
+    placement's shard)."""
     (dp, _, pp), records = graph_pairing
     record = records[("stock", mixup)]
-    if mixup or (dp > 1 and pp > 1):
+    if not LIBAI_MAIN and (mixup or (dp > 1 and pp > 1)):
         assert record["mismatch"] > 0, "stock LiBai kept the pairs: the test cannot see the bug"
     else:
         assert record["mismatch"] == 0, "stock LiBai broke pairs that real LiBai keeps: not LiBai's batches"
@@ -137,7 +142,7 @@ def test_train_net_graph_mode_trains_and_evaluates_pp2(repo_root, tmp_path):
     assert info["trainer"].endswith("ConsistentBatchTrainer")
     assert "Acc@1" in info["final_eval"]
     metrics = [json.loads(line) for line in (output / "metrics.json").read_text().splitlines()]
-    assert max(m["iteration"] for m in metrics) == 6
+    assert max(m["iteration"] for m in metrics) == (5 if LIBAI_MAIN else 6)  # main's metrics.json counts from 0
     losses = [m["total_loss"] for m in metrics if "total_loss" in m]
     assert len(losses) == 3, metrics  # log_period=2 over 6 iterations
     assert np.isfinite(losses).all()
@@ -172,3 +177,16 @@ def test_check_graph_options():
             check_graph_options(cuda=False, **options)
     with pytest.raises(GraphConfigError, match="train.num_accumulation_steps"):
         check_graph_options(grad_acc_steps=0, cuda=True)
+
+
+def test_libai_main_graph_arguments():
+    """LiBai main's build_graph passes global_mode and auto_parallel_conf (None when the config lacks them)."""
+    import oneflow as flow
+
+    from libai_ext.engine.graph import _enabled, global_view_options
+
+    assert global_view_options(None) is None and not _enabled(None)
+    assert global_view_options({"enabled": False}) is None
+    options = global_view_options({"enabled": True}, device="cpu")
+    assert options["placement"].type == "cpu" and options["sbp"] == flow.sbp.split(0)
+    assert _enabled({"enabled": True, "trunk_algo": True})

@@ -8,12 +8,14 @@ At dp=1 without mixup every rank reads the same samples and stock LiBai keeps th
 LiBai main (9dcbe3b) has both halves fixed (#255, and ``(rank // tp) % dp``): there stock
 must keep the pairs (docs/upstream-bugs.md, sections 2 and 3).
 """
-import libai
 import numpy as np
 import pytest
 
 from conftest import records_of_every_rank, rank_script
+from libai_ext.compat import libai_line, libai_main
 from libai_ext.testing import launch
+
+LIBAI_MAIN = libai_line() is libai_main
 
 LAYOUTS = [  # (dp, tp, pp)
     (1, 1, 2),
@@ -23,9 +25,6 @@ LAYOUTS = [  # (dp, tp, pp)
     (2, 2, 2),
 ]
 CASES = ("stock", "fixed", "synthetic")  # rank_scripts/pairing.py: CASES, each with and without mixup
-
-
-LIBAI_MAIN = tuple(int(part) for part in libai.__version__.split(".")[:2]) >= (0, 2)
 
 
 def stock_breaks_pairs(layout, mixup):

@@ -47,10 +47,13 @@ def merged_grads(records, key="grads"):
 def test_layer_indices_balance_blocks_over_stages():
     from libai_ext.models.swin import _split_layer_indices
 
-    assert _split_layer_indices(6, 2, 6) == [0, 1, 2, 3, 4, 5]  # pipeline_num_layers == sum(depths)
-    assert _split_layer_indices(6, 2, 4) == [0, 0, 0, 2, 2, 2]  # first layer of each stage
-    assert _split_layer_indices(5, 2, 10) == [0, 0, 0, 5, 5]
-    assert _split_layer_indices(4, 1, 10000) == [0, 0, 0, 0]  # LiBai's default without pipelining
+    assert _split_layer_indices(6, [0, 0, 0, 1, 1, 1]) == [0, 1, 2, 3, 4, 5]  # pipeline_num_layers == sum(depths)
+    assert _split_layer_indices(6, [0, 0, 1, 1]) == [0, 0, 0, 2, 2, 2]  # first layer of each stage
+    assert _split_layer_indices(5, [0] * 5 + [1] * 5) == [0, 0, 0, 5, 5]
+    assert _split_layer_indices(4, [0] * 10000) == [0, 0, 0, 0]  # LiBai's default without pipelining
+    # LiBai main, pp=4 and 8 layers: middle stages get more (_layer_stage_ids = [0,0,1,1,2,2,2,3]),
+    # so stage 3 starts at layer 7, not at 6 as a uniform split would assume.
+    assert _split_layer_indices(4, [0, 0, 1, 1, 2, 2, 2, 3]) == [0, 2, 4, 7]
 
 
 def test_single_rank_forward_backward():

@@ -16,7 +16,8 @@ import numpy as np
 from libai.engine import default_setup
 from libai.utils import distributed as dist
 
-from libai_ext.compat import apply_cpu_patches
+from libai_ext.compat import apply_patches, fill_missing_config_keys
+from libai_ext.compat.get_batch_api import call_get_batch
 from libai_ext.engine.batch import check_fields
 from libai_ext.engine.batch_check import all_gather_local, mixed_copy, source_ranks
 from libai_ext.engine.launch import check_config, exit_on_error, load_config
@@ -59,7 +60,7 @@ def check(cfg, trainer_cls, num_batches):
             row = report.setdefault(name, {"placement_idx": field.placement_idx, "bad": set(), "diff": 0.0})
             row["bad"].update(bad)
             row["diff"] = max(row["diff"], diff)
-        trainer_cls.get_batch(data)  # the real path runs too: it must accept these batches
+        call_get_batch(trainer_cls.get_batch, data)  # the real path runs too: it must accept these batches
     return report
 
 
@@ -76,7 +77,8 @@ def main(argv=None):
     args = parse_args(argv)
     cfg = load_config(args)
     trainer_cls = check_config(cfg)
-    apply_cpu_patches()
+    fill_missing_config_keys(cfg)
+    apply_patches()
     default_setup(cfg, args)
     seed_from_config(cfg)
     report = check(cfg, trainer_cls, args.num_batches)

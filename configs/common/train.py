@@ -1,9 +1,13 @@
-"""The ``train`` namespace that LiBai 0.1.1's DefaultTrainer reads (pip's libai ships no configs/)."""
+"""The ``train`` namespace that LiBai's DefaultTrainer reads, 0.1.1 and main (pip's libai ships no configs/)."""
+import oneflow as flow
 from omegaconf import DictConfig
 
 from libai.config import LazyCall
 from libai.evaluation import ClsEvaluator
 from libai.scheduler import WarmupCosineLR
+
+# This host's device kind: where the layers and the inputs live.
+DEVICE = "cuda" if flow.cuda.is_available() else "cpu"
 
 train = DictConfig(dict(
     output_dir="./output",
@@ -47,5 +51,9 @@ train = DictConfig(dict(
     load_weight="",
     log_period=20,
     scheduler=LazyCall(WarmupCosineLR)(warmup_factor=0.001, alpha=0.01, warmup_method="linear"),
-    dist=dict(data_parallel_size=1, tensor_parallel_size=1, pipeline_parallel_size=1),
+    # Read by LiBai main only (0.1.1 ignores them).  Inputs on the layers' device; RDMA needs
+    # InfiniBand (set True on such a cluster to speed up pipeline transfers).
+    input_placement_device=DEVICE,
+    rdma_enabled=False,
+    dist=dict(data_parallel_size=1, tensor_parallel_size=1, pipeline_parallel_size=1, device_type=DEVICE),
 ))

@@ -6,10 +6,16 @@ images (idx 0) keep stage 0's augmentation, labels (idx -1) the last stage's.
 Here every field first becomes global on stage 0, the one source of truth, and
 only then moves to its own stage.  Fields already on stage 0 cost nothing extra;
 every other field costs one stage-to-stage transfer.
+
+``device_type`` is LiBai main's ``train.input_placement_device`` (``None`` on 0.1.1: the
+layout's device): as in main's stock ``get_batch``, mixup runs on that device and every
+field's placement is of that device kind.
 """
 import oneflow as flow
 from libai.data.structures import DistTensorData
 from libai.utils import distributed as dist
+
+from ..compat import layout
 
 
 def nd_sbp_from_names(sbp_list, field_name):
@@ -27,16 +33,16 @@ def nd_sbp_from_names(sbp_list, field_name):
     return dist.get_nd_sbp(parsed)
 
 
-def placement_of(placement_idx, field_name):
+def placement_of(placement_idx, field_name, device_type=None):
     """The placement of layer ``placement_idx``; negative indices count from the last layer."""
     if isinstance(placement_idx, bool) or not isinstance(placement_idx, int):
         raise TypeError(f"batch field {field_name!r}: placement_idx must be an int, got {placement_idx!r}")
-    num_layers = len(dist.get_dist_util()._layer_ranks)
+    num_layers = len(layout.layer_stage_ids())
     if not -num_layers <= placement_idx < num_layers:
         raise IndexError(
             f"batch field {field_name!r}: placement_idx={placement_idx} is out of range for "
             f"train.dist.pipeline_num_layers={num_layers}")
-    return dist.get_layer_placement(placement_idx)
+    return layout.layer_placement(placement_idx, device_type)
 
 
 def check_fields(data):
@@ -52,37 +58,44 @@ def check_fields(data):
     return fields
 
 
-def field_to_global_via_stage0(tensor, field, name):
+def field_to_global_via_stage0(tensor, field, name, device_type=None):
     """Make ``tensor`` global on stage 0 with the field's sbp, then move it to the field's stage."""
     sbp = nd_sbp_from_names(field.sbp_list, name)
-    target = placement_of(field.placement_idx, name)
-    stage0 = dist.get_layer_placement(0)
+    target = placement_of(field.placement_idx, name, device_type)
+    stage0 = layout.layer_placement(0, device_type)
     tensor = tensor.to_global(sbp=sbp, placement=stage0)
     if target != stage0:
         tensor = tensor.to_global(sbp=sbp, placement=target)
     return tensor
 
 
-def apply_mixup(tensors, mixup_func):
-    """LiBai's convention: mixup rewrites ``images`` and ``labels`` together (local tensors)."""
+def apply_mixup(tensors, mixup_func, device_type=None):
+    """LiBai's convention: mixup rewrites ``images`` and ``labels`` together (local tensors).
+
+    With a ``device_type`` (LiBai main) they are moved there first, as main's stock does.
+    """
     if mixup_func is None:
         return tensors
     missing = [k for k in ("images", "labels") if k not in tensors]
     if missing:
         raise KeyError(f"mixup_func is set but the batch has no field {missing[0]!r} (fields: {sorted(tensors)})")
     tensors = dict(tensors)
-    tensors["images"], tensors["labels"] = mixup_func(tensors["images"], tensors["labels"])
+    images, labels = tensors["images"], tensors["labels"]
+    if device_type is not None:
+        device_type = layout.layer_placement(0, device_type).type
+        images, labels = images.to(device_type), labels.to(device_type)
+    tensors["images"], tensors["labels"] = mixup_func(images, labels)
     return tensors
 
 
-def consistent_batch(data, mixup_func=None):
-    """The body of ``ConsistentBatchTrainer.get_batch``; leaves ``data`` unaltered."""
+def reraise_worker_error(data):
     if isinstance(data, flow.utils.data._utils.worker.ExceptionWrapper):
         data.reraise()
-    from .stage0_loading import Stage0Batch  # (a module that imports this one)
 
-    if isinstance(data, Stage0Batch):
-        return data.source.global_batch(data, mixup_func)
+
+def consistent_batch(data, mixup_func=None, device_type=None):
+    """The body of ``ConsistentBatchTrainer.get_batch``; leaves ``data`` unaltered."""
+    reraise_worker_error(data)
     fields = check_fields(data)
-    tensors = apply_mixup({name: field.tensor for name, field in fields.items()}, mixup_func)
-    return {name: field_to_global_via_stage0(tensors[name], fields[name], name) for name in fields}
+    tensors = apply_mixup({name: field.tensor for name, field in fields.items()}, mixup_func, device_type)
+    return {name: field_to_global_via_stage0(tensors[name], fields[name], name, device_type) for name in fields}

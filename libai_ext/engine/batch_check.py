@@ -8,11 +8,13 @@ global batch.  Every rank sees the same table and so reaches the same verdict: o
 disagreement all ranks raise the same ``BatchMismatchError`` together (none hangs).
 
 Which ranks must agree:
-* stock LiBai: all ranks of a data-parallel group (every pipeline stage and
+* stock LiBai 0.1.1: all ranks of a data-parallel group (every pipeline stage and
   tensor-parallel rank), because each field keeps the data of its own stage;
-* ``ConsistentBatchTrainer``: every field comes from one stage-0 rank per group, so
+* ``ConsistentBatchTrainer``, and stock LiBai main (whose ``get_batch`` goes through
+  stage 0 since LiBai #255): every field comes from one stage-0 rank per group, so
   nothing can disagree; the guard still checks that different data-parallel groups
-  do not hold identical batches (a sampler that ignores the data-parallel rank).
+  do not hold identical batches (a sampler that ignores the data-parallel rank, which
+  stock LiBai main still has under dp x pp).
   With stage-0-only loading (its default under pipeline parallelism) only stage 0
   holds data at all: the guard has nothing to compare and lets the batches through.
 """
@@ -23,7 +25,8 @@ import oneflow as flow
 from libai.data.structures import DistTensorData, Instance
 from libai.utils import distributed as dist
 
-from .batch import apply_mixup, check_fields
+from ..compat import get_batch_api, libai_line
+from .batch import apply_mixup, check_fields, reraise_worker_error
 from .stage0_loading import Stage0Batch
 from .trainer import ConsistentBatchTrainer, rank_coordinates
 
@@ -55,12 +58,18 @@ def all_gather_local(tensor):
     return gathered.to_local().numpy()
 
 
-def source_ranks(trainer_cls):
+def batches_from_stage0(trainer_cls, line=None):
+    """Whether ``trainer_cls.get_batch`` takes every field from stage 0."""
+    return issubclass(trainer_cls, ConsistentBatchTrainer) or (line or libai_line()).STOCK_BATCH_FROM_STAGE0
+
+
+def source_ranks(trainer_cls, line=None):
     """{data-parallel index: ranks whose local batches end up in that group's global batch}."""
     groups = {}
+    from_stage0 = batches_from_stage0(trainer_cls, line)
     for rank in range(dist.get_world_size()):
         stage, dp_index, tp_index = rank_coordinates(rank)
-        if issubclass(trainer_cls, ConsistentBatchTrainer) and (stage, tp_index) != (0, 0):
+        if from_stage0 and (stage, tp_index) != (0, 0):
             continue
         groups.setdefault(dp_index, []).append(rank)
     return groups
@@ -112,15 +121,15 @@ def _fixes(problems):
                      "(libai_ext.seed_everything, train.seed_scope='global' or 'data_parallel').")
     if any("identical batches" in p for p in problems):
         fixes.append("Fix: give each sampler the data-parallel index of its rank's placement "
-                     "(ConsistentBatchTrainer's loaders do; LiBai 0.1.1's get_data_parallel_rank "
-                     "does not under pipeline parallelism).")
+                     "(ConsistentBatchTrainer's loaders do; LiBai's get_data_parallel_rank, 0.1.1 and "
+                     "main, does not under pipeline parallelism).")
     return "\n".join(fixes)
 
 
-def mixed_copy(data, mixup_func):
+def mixed_copy(data, mixup_func, device_type=None):
     """``data`` with mixup applied to fresh DistTensorData (the caller's stay untouched)."""
     fields = check_fields(data)
-    tensors = apply_mixup({k: v.tensor for k, v in fields.items()}, mixup_func)
+    tensors = apply_mixup({k: v.tensor for k, v in fields.items()}, mixup_func, device_type)
     return Instance(**{k: DistTensorData(tensors[k], sbp_list=v.sbp_list, placement_idx=v.placement_idx)
                        for k, v in fields.items()})
 
@@ -134,21 +143,22 @@ def install_batch_check(trainer, mode):
     original = trainer.get_batch
     trainer_cls = type(trainer)
 
-    def guarded_get_batch(data, mixup_func=None):
-        if isinstance(data, flow.utils.data._utils.worker.ExceptionWrapper):
-            data.reraise()
+    def guarded_get_batch(data, *args, **kwargs):
+        # The installed LiBai's calling convention: (data, mixup_func) or (data, device, mixup_func).
+        device_type, mixup_func = get_batch_api.split_arguments(args, kwargs)
+        reraise_worker_error(data)
         if isinstance(data, Stage0Batch):
             if not guarded_get_batch.checked:
                 logger.info("batch check: stage-0-only loading, only stage 0 holds batches: nothing to compare")
                 guarded_get_batch.checked = True
-            return original(data, mixup_func)
+            return original(data, *get_batch_api.call_arguments(device_type, mixup_func))
         if mode == "every" or not guarded_get_batch.checked:
-            data = mixed_copy(data, mixup_func)
+            data = mixed_copy(data, mixup_func, device_type)
             mixup_func = None
             check_batch(data, trainer_cls, trainer.iter)
             guarded_get_batch.checked = True
             logger.info(f"batch check passed at iteration {trainer.iter}")
-        return original(data, mixup_func)
+        return original(data, *get_batch_api.call_arguments(device_type, mixup_func))
 
     guarded_get_batch.checked = False
     trainer.get_batch = guarded_get_batch  # DefaultTrainer.run_step calls self.get_batch

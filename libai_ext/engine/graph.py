@@ -5,7 +5,8 @@ LiBai 0.1.1's ``libai.models.utils.GraphBase`` reaches graph-side settings throu
 ``nn.Graph`` a module is a ``ProxyModule``, its original module is
 ``proxy.to(nn.Module)`` and its graph settings (stage, activation checkpointing) are
 ``proxy.to(GraphModule)``.  This class takes the same constructor arguments as LiBai's
-(``libai.models.build_graph`` fills them from the config), so a config selects it with
+and the ones LiBai main's ``build_graph`` adds (``global_mode``, ``auto_parallel_conf``), so
+one config selects it on both lines with
 
     graph.train_graph = LazyCall(GraphBase)(is_train=True)
     graph.eval_graph = LazyCall(GraphBase)(is_train=False)
@@ -19,6 +20,8 @@ from oneflow import nn
 from oneflow.nn.graph import GraphModule
 
 from libai.utils import distributed as dist
+
+from ..compat import layout
 
 logger = logging.getLogger(__name__)
 
@@ -78,13 +81,11 @@ def placement_is_cuda(placement=None):
 
 def layer_stages():
     """``{ranks tuple: (stage_id, placement)}`` for every pipeline stage of LiBai's layout."""
-    util = dist.get_dist_util()
     stages = {}
-    # LiBai 0.1.1 keeps pipeline_num_layers only as the length of this list (no public getter).
-    for layer_idx in range(len(util._layer_ranks)):
+    # LiBai's own layer -> stage table: uniform on 0.1.1, middle-heavy or custom on main.
+    for layer_idx, stage_id in enumerate(layout.layer_stage_ids()):
         placement = dist.get_layer_placement(layer_idx)
-        key = tuple(placement.ranks.flatten().tolist())
-        stages.setdefault(key, (util.get_layer_stage_id(layer_idx), placement))
+        stages.setdefault(tuple(placement.ranks.flatten().tolist()), (stage_id, placement))
     return stages
 
 
@@ -104,7 +105,7 @@ def stage_of(module, stages):
     """
     layer_idx = layer_idx_of(module)
     if layer_idx is not None:
-        return dist.get_dist_util().get_layer_stage_id(layer_idx), dist.get_layer_placement(layer_idx)
+        return layout.layer_stage_ids()[layer_idx], dist.get_layer_placement(layer_idx)
     tensors = list(module.parameters(recurse=False)) + list(module.buffers(recurse=False))
     if not tensors or not all(t.is_global for t in tensors):
         return None
@@ -166,6 +167,22 @@ def graph_module_settings(graph):
     return table
 
 
+def _get(conf, key, default):
+    return conf.get(key, default) if hasattr(conf, "get") else getattr(conf, key, default)
+
+
+def _enabled(conf):
+    return conf is not None and bool(_get(conf, "enabled", False))
+
+
+def global_view_options(global_mode, device=None):
+    """``global_mode``'s placement and sbp for a train graph, or None when it is off (``graph.global_mode``)."""
+    if not _enabled(global_mode):
+        return None
+    device = device or dist.get_layer_placement(0).type
+    return {"placement": flow.env.all_device_placement(device), "sbp": flow.sbp.split(0)}
+
+
 class GraphBase(nn.Graph):
     """A train or eval graph around a LiBai model, for OneFlow 0.9.0.
 
@@ -178,6 +195,15 @@ class GraphBase(nn.Graph):
     * ``fp16`` (``train.amp.enabled``): graph AMP with a dynamic loss scaler; CUDA only.
     * ``zero_optim`` / ``zero_stage`` (``train.zero_optimization``): OneFlow's ZeRO.
 
+    and the ones LiBai main's ``build_graph`` adds (``None`` when the config has no such key):
+
+    * ``global_mode`` (``graph.global_mode``): with ``enabled``, the train graph is traced in
+      OneFlow's global view (tensors created inside ``forward`` are global, split over all
+      ranks of ``device``, default the layout's device kind).
+    * ``auto_parallel_conf`` (``graph.auto_parallel``): with ``enabled``, OneFlow's
+      auto-parallel search with the config's ``enable_auto_parallel_ignore_user_sbp_config``,
+      ``trunk_algo`` and ``sbp_collector``; OneFlow's own cost settings otherwise.
+
     Pipeline stages: every module with an int ``layer_idx``, and every module whose own
     parameters sit on one stage's ranks, gets ``set_stage(stage_id, placement)``.  A model
     may refine that with a method ``set_graph_stages(self, graph_model)`` that receives
@@ -187,7 +213,8 @@ class GraphBase(nn.Graph):
     """
 
     def __init__(self, model, optimizer=None, lr_scheduler=None, fp16=False, activation_checkpoint=False,
-                 grad_acc_steps=1, zero_optim=False, zero_stage=0, is_train=True):
+                 grad_acc_steps=1, zero_optim=False, zero_stage=0, is_train=True, global_mode=None,
+                 auto_parallel_conf=None, device=None):
         super().__init__()
         cuda = placement_is_cuda()
         if is_train:
@@ -196,6 +223,7 @@ class GraphBase(nn.Graph):
                                 util.data_parallel_size, util.tensor_parallel_size, cuda=cuda)
         self.model = model
         self.is_train = is_train
+        self.global_view = global_view_options(global_mode, device) if is_train else None
         if is_train:
             if optimizer is None:
                 raise GraphConfigError("a train graph needs an optimizer (config key: optim)")
@@ -212,6 +240,8 @@ class GraphBase(nn.Graph):
                 # 0.9.0 renamed LiBai's set_zero_redundancy_optimizer_mode to enable_zero.
                 self.config.enable_zero(True, stage=max(1, int(zero_stage)))
         self.set_pipeline_stage_id()
+        if _enabled(auto_parallel_conf):
+            self.enable_auto_parallel(auto_parallel_conf)
         self.config.allow_fuse_add_to_output(True)
         self.config.allow_fuse_model_update_ops(True)
         self.config.allow_fuse_cast_scale(True)
@@ -220,10 +250,25 @@ class GraphBase(nn.Graph):
             flow.boxing.nccl.enable_use_compute_stream(True)
 
     def build(self, **kwargs):
+        if self.global_view is None:
+            return self._forward(**kwargs)
+        from oneflow.utils.global_view import global_mode
+
+        with global_mode(True, **self.global_view):
+            return self._forward(**kwargs)
+
+    def _forward(self, **kwargs):
         outputs = self.model(**kwargs)
         if self.is_train:
             sum(outputs.values()).backward()
         return outputs
+
+    def enable_auto_parallel(self, conf):
+        self.config.enable_auto_parallel(True)
+        self.config.enable_auto_parallel_ignore_user_sbp_config(
+            bool(_get(conf, "enable_auto_parallel_ignore_user_sbp_config", False)))
+        self.config.enable_auto_parallel_trunk_algo(bool(_get(conf, "trunk_algo", True)))
+        self.config.enable_auto_parallel_sbp_collector(bool(_get(conf, "sbp_collector", False)))
 
     def set_activation_checkpoint(self):
         blocks = outermost_layer_modules(self.model)

@@ -19,7 +19,7 @@ from libai.utils import distributed as dist
 from libai.utils.checkpoint import Checkpointer
 from libai.utils.logger import setup_logger
 
-from ..compat import apply_cpu_patches
+from ..compat import apply_patches, fill_missing_config_keys
 from .batch_check import BATCH_CHECK_MODES, install_batch_check
 from .graph import check_graph_options
 from .hooks import RawLossWriter
@@ -97,7 +97,8 @@ def setup(args):
     """Load and check the config, then set up every rank: patches, LiBai's setup, logging, seeds."""
     cfg = load_config(args)
     trainer_cls = check_config(cfg)
-    apply_cpu_patches()
+    fill_missing_config_keys(cfg)  # before default_setup, which reads train.dist.device_type on main
+    apply_patches()
     default_setup(cfg, args)
     setup_logger(cfg.train.output_dir, distributed_rank=dist.get_rank(), name="libai_ext")
     # In every rank's log (log.txt, log.txt.rank<r>): proof that LiBai's start-up passed here.

@@ -17,7 +17,7 @@ import oneflow as flow
 from libai.data.structures import DistTensorData
 from libai.utils import distributed as dist
 
-from .batch import apply_mixup, check_fields, field_to_global_via_stage0
+from .batch import apply_mixup, check_fields, field_to_global_via_stage0, reraise_worker_error
 
 _LAYOUT_BYTES = 8192
 
@@ -32,6 +32,18 @@ class Stage0Batch:
     def __init__(self, batch, source):
         self.batch = batch
         self.source = source
+
+    def to_global(self, mixup_func=None, device_type=None):
+        """The global batch, as ``ConsistentBatchTrainer.get_batch`` returns it."""
+        return self.source.global_batch(self, mixup_func, device_type)
+
+    # LiBai main's GraphTrainer concatenates grad_acc_steps micro-batches field by field through
+    # these two; outside stage 0 there is nothing to concatenate (the layout says the joined shape).
+    def get_fields(self):
+        return self.batch.get_fields() if self.batch is not None else {}
+
+    def get(self, key):
+        return self.batch.get(key)
 
 
 class Stage0OnlyLoader:
@@ -52,10 +64,11 @@ class Stage0OnlyLoader:
             return (Stage0Batch(batch, self) for batch in self.loader)
         return iter(lambda: Stage0Batch(None, self), None)  # endless placeholders
 
-    def global_batch(self, item, mixup_func):
+    def global_batch(self, item, mixup_func, device_type=None):
         if self.reads_data:
+            reraise_worker_error(item.batch)
             fields = check_fields(item.batch)
-            tensors = apply_mixup({name: field.tensor for name, field in fields.items()}, mixup_func)
+            tensors = apply_mixup({name: field.tensor for name, field in fields.items()}, mixup_func, device_type)
             layout = {name: field_layout(tensors[name], field) for name, field in fields.items()}
             if self.layout is not None and layout != self.layout:
                 raise ValueError("stage-0-only loading needs fixed batch shapes; set "
@@ -66,7 +79,8 @@ class Stage0OnlyLoader:
             fields = {name: DistTensorData(None, sbp_list=spec["sbp_list"], placement_idx=spec["placement_idx"])
                       for name, spec in self.layout.items()}
             tensors = {name: placeholder(spec) for name, spec in self.layout.items()}
-        return {name: field_to_global_via_stage0(tensors[name], fields[name], name) for name in fields}
+        return {name: field_to_global_via_stage0(tensors[name], fields[name], name, device_type)
+                for name in fields}
 
 
 def field_layout(tensor, field):

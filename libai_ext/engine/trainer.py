@@ -8,11 +8,12 @@ from libai.config.lazy import locate
 from libai.engine import DefaultTrainer
 from libai.utils import distributed as dist
 
+from ..compat import fill_missing_config_keys, get_batch_api
 from ..layers import name_stochastic_layers
 from .batch import consistent_batch
 from .resume import continue_finished_run, load_checkpoint_or_weights
 from .rng_state import RNGStateCheckpointer, preserved_rng_state
-from .stage0_loading import Stage0OnlyLoader
+from .stage0_loading import Stage0Batch, Stage0OnlyLoader
 
 
 def rank_coordinates(rank):
@@ -30,15 +31,20 @@ def rank_coordinates(rank):
 def placement_data_parallel_rank():
     """This rank's index along the data-parallel axis of its stage's placement.
 
-    LiBai 0.1.1's ``get_data_parallel_rank()`` returns ``rank // (tp * pp)`` instead,
-    which under pipeline parallelism makes two shards of stage 0 read the same samples.
+    LiBai's ``get_data_parallel_rank()`` returns ``rank // (tp * pp)`` instead (0.1.1;
+    main takes that modulo dp), which under pipeline parallelism makes two shards of
+    stage 0 read the same samples.
     """
     return rank_coordinates(flow.env.get_rank())[1]
 
 
 @contextlib.contextmanager
 def samplers_follow_placement():
-    """While building data loaders, give samplers the data-parallel rank of the placement."""
+    """While building data loaders, give samplers the data-parallel rank of the placement.
+
+    Both lines' loader builders (``libai.data.build``) call ``dist.get_data_parallel_rank()``
+    through the module when they build the sampler, so replacing it there reaches them.
+    """
     original = dist.get_data_parallel_rank
     dist.get_data_parallel_rank = placement_data_parallel_rank
     try:
@@ -50,8 +56,8 @@ def samplers_follow_placement():
 def resume_sampler_position(cfg):
     """Hand the resumed ``cfg.dataloader.consumed_samples`` to the train loader.
 
-    LiBai 0.1.1 computes it on resume but never passes it on, so a resumed run reads
-    the data from the first sample again.
+    LiBai (0.1.1 and main) computes it on resume but never passes it on, so a resumed
+    run reads the data from the first sample again.
     """
     consumed = try_get_key(cfg, "dataloader.consumed_samples")
     train = cfg.dataloader.train
@@ -87,6 +93,7 @@ class ConsistentBatchTrainer(DefaultTrainer):
     """
 
     def __init__(self, cfg):
+        fill_missing_config_keys(cfg)  # a config written for LiBai 0.1.1 also runs on main
         continue_finished_run(cfg)
         super().__init__(cfg)
 
@@ -107,8 +114,17 @@ class ConsistentBatchTrainer(DefaultTrainer):
             return super().test(cfg, test_loaders, model, evaluator)
 
     @classmethod
-    def get_batch(cls, data, mixup_func=None):
-        return consistent_batch(data, mixup_func)
+    def get_batch(cls, data, *args, **kwargs):
+        """Every field global on stage 0 first, then on its own stage.
+
+        Takes the installed LiBai's arguments: ``(data, mixup_func=None)`` on 0.1.1,
+        ``(data, input_placement_device="cuda", mixup_func=None)`` on main, where the
+        device is honoured as main's stock does (mixup and placements on that device).
+        """
+        device_type, mixup_func = get_batch_api.split_arguments(args, kwargs)
+        if isinstance(data, Stage0Batch):
+            return data.to_global(mixup_func, device_type)
+        return consistent_batch(data, mixup_func, device_type)
 
     @classmethod
     def build_train_loader(cls, cfg, tokenizer=None):

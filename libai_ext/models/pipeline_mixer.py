@@ -2,8 +2,9 @@
 
 The demo model: quick on CPU, but built like a real LiBai model so that every
 parallel path is exercised.  Patch embedding on stage 0, ``depth`` mixer blocks
-spread evenly over the stages (block ``i`` has ``layer_idx=i``; set
-``train.dist.pipeline_num_layers = depth``), head and loss on the last stage.
+over the stages as LiBai's layer table places them (block ``i`` has ``layer_idx=i``; set
+``train.dist.pipeline_num_layers = depth``: uniform on 0.1.1, middle stages heavier on main
+with pp >= 4), head and loss on the last stage.
 Channel MLPs are tensor parallel (``col`` then ``row`` Linear).
 """
 import oneflow as flow

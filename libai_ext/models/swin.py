@@ -13,7 +13,7 @@ tensor-parallel:
 * Blocks are spread evenly over the pipeline stages.  Configure
   ``train.dist.pipeline_num_layers = sum(depths)``: then block ``i`` uses layer index ``i``.
   Other values that LiBai accepts work too (each block then uses the first layer index
-  of its stage).  Patch embedding is on layer 0, the final norm/pool/head on layer -1,
+  of its stage in LiBai's own layer -> stage table).  Patch embedding is on layer 0, the final norm/pool/head on layer -1,
   each patch merging on the stage of the last block of its Swin stage.
 
 Labels may be class ids or soft rows (mixup / label smoothing).
@@ -28,6 +28,7 @@ from libai.config import configurable
 from libai.layers import LayerNorm, Linear
 from libai.utils import distributed as dist
 
+from ..compat import layout
 from ..layers import DropPath, Dropout
 from .losses import SoftTargetCrossEntropy
 
@@ -53,20 +54,18 @@ def _constant(array, layer_idx):
     return local.to_global(placement=dist.get_layer_placement(layer_idx), sbp=_broadcast_sbp())
 
 
-def _split_layer_indices(num_blocks, pipeline_size, num_layers):
-    if num_layers == num_blocks:
+def _split_layer_indices(num_blocks, stage_ids):
+    """Block ``i`` -> a LiBai layer index, given LiBai's layer -> stage table ``stage_ids``."""
+    if len(stage_ids) == num_blocks:
         return list(range(num_blocks))
     # Block i goes to stage i*pp//N (stage sizes differ by at most one), on the stage's first layer.
-    per_stage = num_layers // pipeline_size
-    return [(i * pipeline_size // num_blocks) * per_stage for i in range(num_blocks)]
+    pipeline_size = max(stage_ids) + 1
+    return [layout.first_layer_of_stage(i * pipeline_size // num_blocks, stage_ids) for i in range(num_blocks)]
 
 
 def block_layer_indices(num_blocks):
     """LiBai layer index of each of ``num_blocks`` blocks, balanced over the pipeline stages."""
-    util = dist.get_dist_util()
-    # LiBai 0.1.1 keeps pipeline_num_layers only as the length of this list (no public getter).
-    num_layers = len(util._layer_stage_ids)
-    return _split_layer_indices(num_blocks, util.pipeline_parallel_size, num_layers)
+    return _split_layer_indices(num_blocks, layout.layer_stage_ids())
 
 
 def window_partition(x, window_size):

@@ -1,6 +1,5 @@
 """Shared set-up for the scripts that tests run on every rank."""
 import argparse
-import inspect
 import os
 import sys
 import traceback
@@ -11,6 +10,7 @@ from libai.data.build import build_image_train_loader
 from omegaconf import DictConfig, OmegaConf
 
 import libai_ext
+from libai_ext.compat.get_batch_api import call_get_batch
 from libai_ext.engine.stage0_loading import on_stage0  # noqa: F401 (re-exported for the rank scripts)
 from libai.utils import distributed as dist
 
@@ -68,10 +68,8 @@ def image_loader_config(dataset, micro_batch, mixup_func=None, **train):
 
 
 def get_batch(trainer, data, mixup_func=None):
-    """``trainer.get_batch`` as LiBai's trainers call it; LiBai main's also takes the input device."""
-    device = {"input_placement_device": "cpu"} if "input_placement_device" in inspect.signature(
-        trainer.get_batch).parameters else {}
-    return trainer.get_batch(data, mixup_func=mixup_func, **device)
+    """``trainer.get_batch`` as the installed LiBai line's trainers call it."""
+    return call_get_batch(trainer.get_batch, data, mixup_func)
 
 
 def run_or_die(main):

@@ -6,7 +6,7 @@ would read (the same samples on every rank at dp=1, as in real LiBai), with its 
 numpy stream for mixup.  The train graph runs a
 two-stage model whose output ``mismatch`` counts, on the last stage, the rows whose image
 id (read on stage 0) differs from its label id.  LiBai's own ``GraphTrainer.run_step``
-calls ``get_batch(data, loader.mixup_func)`` and the graph, as ``DefaultTrainer`` does
+calls ``get_batch(data, [input device,] loader.mixup_func)`` and the graph, as ``DefaultTrainer`` does
 with ``graph.enabled=True``; rank 0 records the count it logged, per (trainer, mixup).
 """
 
@@ -19,6 +19,7 @@ from libai.utils.events import EventStorage
 from oneflow import nn
 
 from common import layout_parser, run_or_die, setup_layout
+from libai_ext.compat.get_batch_api import run_step_arguments
 from libai_ext.engine.graph import GraphBase, graph_module_settings
 from libai_ext.testing import write_rank_result
 from pairing import CASES, NUM_CLASSES, local_batch
@@ -92,7 +93,7 @@ def main():
         for name, (trainer_cls, shard) in TRAINERS.items():
             loader = OneBatchLoader(local_batch(shard(), args.dp, with_aux=False), mixup if use_mixup else None)
             with EventStorage(0) as storage:
-                GraphTrainer(graph, loader).run_step(trainer_cls.get_batch)
+                GraphTrainer(graph, loader).run_step(trainer_cls.get_batch, *run_step_arguments())
                 if rank == 0:
                     write_rank_result(
                         trainer=name, mixup=use_mixup,

@@ -1,0 +1,46 @@
+"""LiBai's layer -> stage -> placement layout, read the same way on every line.
+
+0.1.1 splits ``pipeline_num_layers`` uniformly over the stages; main gives middle stages
+more layers when pp >= 4 (and honours ``train.dist.custom_pipeline_stage_id``).  Both keep
+the result as ``dist_util._layer_stage_ids`` (no public getter), which is what is read
+here instead of assuming a uniform split.
+"""
+import oneflow as flow
+
+from libai.utils import distributed as dist
+
+
+def layer_stage_ids():
+    """The pipeline stage of every LiBai layer index ``0 .. pipeline_num_layers - 1``."""
+    return list(dist.get_dist_util()._layer_stage_ids)
+
+
+def first_layer_of_stage(stage, stage_ids=None):
+    """The smallest layer index that LiBai places on ``stage``."""
+    stage_ids = layer_stage_ids() if stage_ids is None else stage_ids
+    if stage not in stage_ids:
+        raise ValueError(f"pipeline stage {stage} holds no layer (layer stages: {stage_ids})")
+    return stage_ids.index(stage)
+
+
+def resolve_device_type(requested, layout_device_type, cuda_available):
+    """The device kind inputs are placed on.
+
+    ``None`` (0.1.1, which has no such setting) means the layout's own device kind.  A
+    requested ``"cuda"`` on a host without CUDA becomes ``"cpu"``, as LiBai main's
+    ``get_layer_placement`` does for every placement.
+    """
+    if requested is None:
+        return layout_device_type
+    if requested == "cuda" and not cuda_available:
+        return "cpu"
+    return requested
+
+
+def layer_placement(layer_idx, device_type=None):
+    """``dist.get_layer_placement(layer_idx)`` on ``device_type`` (default: the layout's)."""
+    placement = dist.get_layer_placement(layer_idx)
+    device_type = resolve_device_type(device_type, placement.type, flow.cuda.is_available())
+    if device_type == placement.type:
+        return placement
+    return flow.placement(device_type, placement.ranks.tolist())

@@ -1,0 +1,221 @@
+"""libai_ext.compat: each repair is decided by what it repairs (LiBai line, file, tensor device).
+
+One process, no ranks: every branch is driven by injecting its decision input, and the
+branch the installed LiBai takes is asserted against what that LiBai really has.
+"""
+import inspect
+import types
+
+import oneflow as flow
+import pytest
+from omegaconf import OmegaConf
+
+import libai.engine.default as default_module
+import libai.evaluation.evaluator as evaluator_module
+import libai.evaluation.utils as evaluation_utils
+from libai.engine import DefaultTrainer
+from libai.utils import distributed as dist
+
+from libai_ext import compat
+from libai_ext.compat import (
+    compile_step, cpu_layer_norm, cuda_placements, detect, get_batch_api, layout, libai_main, libai_v0_1,
+    patching,
+)
+
+LINES = [libai_v0_1, libai_main]
+
+
+@pytest.fixture
+def fresh_patches(monkeypatch):
+    """Run a test's patches against an empty record; every replaced LiBai attribute is restored."""
+    monkeypatch.setattr(patching, "_applied", {})
+    for owner, name in [(default_module, "_compile_dependencies"), (dist, "ttol"),
+                        (evaluation_utils, "pad_batch"), (evaluator_module, "pad_batch")]:
+        monkeypatch.setattr(owner, name, getattr(owner, name))
+    return patching
+
+
+# --- which line is installed ---------------------------------------------------------------------
+
+def test_the_installed_line_matches_its_get_batch_signature():
+    names = list(inspect.signature(DefaultTrainer.get_batch).parameters)[1:]
+    line = detect.libai_line()
+    assert tuple(names) == line.GET_BATCH_ARGUMENTS, (line.NAME, names)
+
+
+def test_installed_ttol_device_parameter_is_what_the_line_has():
+    # 0.1.1: ttol(tensor, pure_local, ranks) hard-codes "cuda"; main: ttol(tensor, pure_local, device, ranks).
+    assert detect.ttol_takes_device() == (detect.libai_line() is libai_main)
+
+
+def test_compile_step_can_run_only_where_a_makefile_is(tmp_path):
+    assert not detect.compile_step_can_run(str(tmp_path))
+    (tmp_path / "Makefile").write_text("all:\n")
+    assert detect.compile_step_can_run(str(tmp_path))
+    # Both installs used here (pip's 0.1.1 sdist, main's archive) ship no Makefile.
+    assert not detect.compile_step_can_run()
+
+
+# --- get_batch's two calling conventions -----------------------------------------------------------
+
+def mixup(x, y):
+    return x, y
+
+
+def test_v0_1_get_batch_arguments():
+    split = get_batch_api.split_arguments
+    assert split((), {}, libai_v0_1) == (None, None)                       # evaluator: get_batch(data)
+    assert split((mixup,), {}, libai_v0_1) == (None, mixup)                # trainers: get_batch(data, mixup)
+    assert split((), {"mixup_func": mixup}, libai_v0_1) == (None, mixup)
+    assert get_batch_api.call_arguments("cpu", mixup, libai_v0_1) == (mixup,)
+    with pytest.raises(TypeError, match="at most 1"):
+        split(("cpu", mixup), {}, libai_v0_1)
+    with pytest.raises(TypeError, match="input_placement_device"):
+        split((), {"input_placement_device": "cpu"}, libai_v0_1)
+
+
+def test_main_get_batch_arguments():
+    split = get_batch_api.split_arguments
+    assert split(("cpu",), {}, libai_main) == ("cpu", None)                 # evaluator: (data, device)
+    assert split(("cuda", mixup), {}, libai_main) == ("cuda", mixup)        # trainers, positionally
+    assert split((), {"mixup_func": mixup}, libai_main) == (None, mixup)
+    assert get_batch_api.call_arguments("cpu", mixup, libai_main) == ("cpu", mixup)
+    with pytest.raises(TypeError, match="repeated"):
+        split(("cpu",), {"input_placement_device": "cpu"}, libai_main)
+
+
+def test_run_step_arguments_per_line():
+    assert get_batch_api.run_step_arguments("cpu", libai_v0_1) == ()
+    assert get_batch_api.run_step_arguments("cpu", libai_main) == ("cpu",)
+
+
+# --- config keys --------------------------------------------------------------------------------
+
+def test_main_fills_what_an_0_1_config_lacks_and_keeps_what_it_sets():
+    cfg = OmegaConf.create({"train": {"dist": {"pipeline_parallel_size": 2}}})
+    added = compat.fill_missing_config_keys(cfg, libai_main)
+    device = libai_main.host_device_type()
+    assert added == {"train.rdma_enabled": False, "train.dist.device_type": device,
+                     "train.input_placement_device": device}
+    assert (cfg.train.rdma_enabled, cfg.train.dist.device_type, cfg.train.input_placement_device) == (
+        False, device, device)
+    assert cfg.train.dist.pipeline_parallel_size == 2
+
+    cfg = OmegaConf.create({"train": {"rdma_enabled": True, "dist": {"device_type": "cpu"}}})
+    assert compat.fill_missing_config_keys(cfg, libai_main) == {"train.input_placement_device": "cpu"}
+    assert cfg.train.rdma_enabled is True
+
+
+def test_v0_1_needs_no_extra_config_key():
+    cfg = OmegaConf.create({"train": {}})
+    assert compat.fill_missing_config_keys(cfg, libai_v0_1) == {}
+    assert "rdma_enabled" not in cfg.train
+
+
+# --- device traps: the compile step ---------------------------------------------------------------
+
+def test_compile_step_is_skipped_only_without_a_makefile(fresh_patches):
+    original = default_module._compile_dependencies
+    assert compile_step.apply(compile_step_can_run=True) is False
+    assert default_module._compile_dependencies is original
+    assert compile_step.apply(compile_step_can_run=False) is True
+    assert default_module._compile_dependencies is compile_step.skip_compile_dependencies
+    assert "libai.engine.default._compile_dependencies" in fresh_patches.applied()
+
+
+# --- device traps: "cuda" placements ------------------------------------------------------------
+
+def test_ttol_is_replaced_only_where_it_takes_no_device(fresh_patches):
+    original = dist.ttol
+    cuda_placements.apply(ttol_takes_device=True)
+    assert dist.ttol is original
+    assert evaluator_module.pad_batch is cuda_placements.pad_last_batch  # main's evaluator passes no device
+    cuda_placements.apply(ttol_takes_device=False)
+    assert dist.ttol is cuda_placements.global_to_local
+
+
+class FakeGlobal:
+    """A global tensor as far as ttol looks at it, on a device this host may not have."""
+
+    def __init__(self, device_type):
+        self.is_global = True
+        self.placement = types.SimpleNamespace(type=device_type)
+        self.calls = []
+
+    def to_global(self, **kwargs):
+        self.calls.append(kwargs)
+        return self
+
+    def to_local(self):
+        return self
+
+
+@pytest.mark.parametrize("device_type", ["cpu", "cuda"])
+def test_ttol_replacement_places_on_the_tensors_device(monkeypatch, device_type):
+    made = []
+    monkeypatch.setattr(flow, "placement", lambda device, ranks: made.append((device, ranks)) or "placement")
+    tensor = FakeGlobal(device_type)
+    assert cuda_placements.global_to_local(tensor, pure_local=True, ranks=[0]) is tensor
+    assert made == [(device_type, [0])]
+    assert tensor.calls == [{"placement": "placement"}]
+
+
+def test_ttol_replacement_leaves_local_tensors_alone():
+    local = flow.ones(2)
+    assert cuda_placements.global_to_local(local, ranks=[0]) is local
+
+
+def test_pad_last_batch_pads_on_the_tensors_device():
+    dist.setup_dist_util(OmegaConf.create({"data_parallel_size": 1, "tensor_parallel_size": 1,
+                                           "pipeline_parallel_size": 1}))
+    placement = dist.get_layer_placement(0)
+    x = flow.arange(3, dtype=flow.float32).to_global(placement=placement, sbp=flow.sbp.broadcast)
+    padded, valid = cuda_placements.pad_last_batch({"x": x}, 4, 1, True, device="cuda")  # device ignored
+    assert valid == 2
+    assert padded["x"].placement == placement
+    assert padded["x"].to_local().numpy().tolist() == [0.0, 1.0, 2.0, 0.0]
+
+
+# --- device traps: LayerNorm ----------------------------------------------------------------------
+
+class FakeInput:
+    def __init__(self, device_type):
+        self.is_global = False
+        self.device = types.SimpleNamespace(type=device_type)
+
+
+def test_layer_norm_takes_the_cpu_path_for_cpu_inputs_only(monkeypatch):
+    seen = []
+    forward = cpu_layer_norm.dispatching_forward(lambda module, x: seen.append("libai") or "libai")
+    monkeypatch.setattr(cpu_layer_norm, "cpu_layer_norm", lambda module, x: seen.append("cpu") or "cpu")
+    assert forward(None, FakeInput("cuda")) == "libai"
+    assert forward(None, FakeInput("cpu")) == "cpu"
+    assert seen == ["libai", "cpu"]
+
+
+# --- the layout ---------------------------------------------------------------------------------
+
+def test_input_device_resolution():
+    resolve = layout.resolve_device_type
+    assert resolve(None, "cpu", cuda_available=False) == "cpu"      # 0.1.1: the layout's device
+    assert resolve(None, "cuda", cuda_available=True) == "cuda"
+    assert resolve("cuda", "cpu", cuda_available=False) == "cpu"    # as main's get_layer_placement
+    assert resolve("cuda", "cuda", cuda_available=True) == "cuda"
+    assert resolve("cpu", "cuda", cuda_available=True) == "cpu"     # main's input_placement_device="cpu"
+
+
+def test_first_layer_of_stage_reads_libai_table():
+    assert [layout.first_layer_of_stage(s, [0, 0, 1, 1, 2, 2, 2, 3]) for s in range(4)] == [0, 2, 4, 7]
+    with pytest.raises(ValueError, match="stage 2 holds no layer"):
+        layout.first_layer_of_stage(2, [0, 1])
+
+
+# --- the entry point ------------------------------------------------------------------------------
+
+def test_apply_patches_is_idempotent_and_keeps_its_old_name():
+    first = compat.apply_patches()
+    assert compat.apply_cpu_patches() == first
+    assert compat.cpu_patches_applied() == first
+    assert "libai.evaluation.utils.pad_batch" in first
+    assert "libai.layers.layer_norm.LayerNorm.forward" in first
+    assert ("libai.utils.distributed.ttol" in first) == (not detect.ttol_takes_device())
