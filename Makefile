@@ -3,9 +3,9 @@ SHELL := /bin/bash
 # The first Python 3.10 that really runs (a pyenv shim may exist without the version being selected).
 PYTHON310 ?= $(shell for p in $$(command -v python3.10) $$(ls -d $$(pyenv root 2>/dev/null)/versions/3.10.*/bin/python 2>/dev/null | sort -V -r) /usr/bin/python3.10; do \
   "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 10)' 2>/dev/null && { echo "$$p"; break; }; done)
-# Any pip requirement for LiBai: the default is pip's 0.1.1; LiBai main installs from its source archive, e.g.
-#   make test VENV=.venv-libai-main LIBAI=../shared/vendor/libai-main-9dcbe3b.tar.gz
-LIBAI ?= libai==0.1.1
+# Any pip requirement for LiBai: pip's 0.1.1 by default, LiBai main's archive in $(LIBAI_MAIN_VENV), e.g.
+#   make demo VENV=.venv-libai-main          (or LIBAI=<path, archive or git+https URL of a LiBai>)
+LIBAI ?= $(if $(filter $(LIBAI_MAIN_VENV),$(VENV)),$(LIBAI_MAIN_ARCHIVE),libai==0.1.1)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.libai_ext-installed
@@ -65,8 +65,8 @@ gpu-check: setup
 
 # The same code on LiBai main: sets up $(LIBAI_MAIN_VENV) from the archive (once), runs the core there.
 test-libai-main:
-	@test -f "$(LIBAI_MAIN_ARCHIVE)" || { echo "make test-libai-main: no LiBai main archive at" \
-	  "$(LIBAI_MAIN_ARCHIVE); set LIBAI_MAIN_ARCHIVE=<path or pip requirement of LiBai main>" >&2; exit 1; }
+	@[[ "$(LIBAI_MAIN_ARCHIVE)" != *.tar.gz ]] || test -f "$(LIBAI_MAIN_ARCHIVE)" || { echo "make test-libai-main:" \
+	  "no LiBai main archive at $(LIBAI_MAIN_ARCHIVE); set LIBAI_MAIN_ARCHIVE=<path or pip requirement of LiBai main>" >&2; exit 1; }
 	$(MAKE) setup VENV=$(LIBAI_MAIN_VENV) LIBAI=$(LIBAI_MAIN_ARCHIVE)
 	$(LIBAI_MAIN_VENV)/bin/python -m pytest $(LIBAI_MAIN_TESTS) $(PYTEST_ARGS)
 

@@ -4,7 +4,9 @@
   ``get_batch(data, input_placement_device, mixup_func)`` and the evaluator
   ``get_batch(data, input_placement_device)``, all positionally.
 * Stock ``get_batch`` already takes every field from stage 0 (LiBai #255): the mixup half of
-  the bug is fixed there, the sampler half (``get_data_parallel_rank``) is not.
+  the bug is fixed there.  So is the sampler half: ``get_data_parallel_rank()`` is
+  ``(rank // model_parallel_size) % dp`` with ``model_parallel_size`` = tp, the stage-0 placement's
+  data-parallel index.  Resuming still drops ``consumed_samples``.
 * ``DefaultTrainer`` reads ``train.rdma_enabled`` and ``train.input_placement_device`` with no
   default, and ``setup_dist_util`` reads ``train.dist.device_type`` (default ``"cuda"``).
 """
