@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from libai_ext.testing import LaunchResult, multirank
+from libai_ext.testing import LaunchResult, multirank, read_raw_losses
 
 # The harness's per-rank wrapper (log, exit code, result records), here under two launchers.
 RANK_WRAPPER = os.path.join(os.path.dirname(os.path.abspath(multirank.__file__)), "rank_wrapper.py")
@@ -131,6 +131,6 @@ def test_data_x_pipeline_parallel_trains_over_two_hosts(repo_root, tmp_path, two
     assert not result.ranks_logging("BatchMismatchError")
     info = json.loads((output / "run_info.json").read_text())
     assert info["trainer"].endswith("ConsistentBatchTrainer")
-    raw = [json.loads(line) for line in (output / "losses.jsonl").read_text().splitlines()]
+    raw = read_raw_losses(output)
     assert [r["iteration"] for r in raw] == list(range(ITERS)), raw
     assert all(math.isfinite(r["total_loss"]) for r in raw), raw

@@ -5,12 +5,11 @@ crash leaves the output folder: ``last_checkpoint`` names the checkpoint after
 iteration k-1.  Stock LiBai restores no random state and restarts its sampler at the
 first sample, so its resumed losses differ.
 """
-import json
 import os
 
 import pytest
 
-from libai_ext.testing import launch
+from libai_ext.testing import launch, raw_losses_by_run
 
 K = 4
 TRAINERS = {"fixed": "libai_ext.ConsistentBatchTrainer", "stock": "libai.engine.DefaultTrainer"}
@@ -25,17 +24,6 @@ def run(repo_root, output, data, trainer, *flags):
            workdir=f"{output}-logs{len(flags)}")
 
 
-def losses_by_run(output):
-    """Per-iteration raw losses, split where the resumed run starts writing again."""
-    runs, last = [[]], -1
-    for line in open(os.path.join(output, "losses.jsonl")):
-        record = json.loads(line)
-        if record["iteration"] <= last:
-            runs.append([])
-        runs[-1].append(record)
-        last = record["iteration"]
-    return runs
-
 
 @pytest.fixture(scope="module", params=list(TRAINERS))
 def resumed(request, repo_root, tmp_path_factory):
@@ -44,7 +32,7 @@ def resumed(request, repo_root, tmp_path_factory):
     run(repo_root, output, data, TRAINERS[request.param])
     (output / "last_checkpoint").write_text(f"model_{K - 1:07d}")  # as if killed after that save
     run(repo_root, output, data, TRAINERS[request.param], "--resume")
-    return request.param, losses_by_run(output)
+    return request.param, raw_losses_by_run(output)
 
 
 def test_resume_reproduces_losses_exactly(resumed):

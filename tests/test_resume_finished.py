@@ -8,12 +8,11 @@ cannot resume a finished run at all: 0.1.1 crashes on ``int('final')``, main ref
 pp2 on 2 CPU ranks, real digits, augmentation and mixup on; both endings LiBai leaves
 (``model_final``, and ``model_best`` when the final evaluation was the best).
 """
-import json
 import os
 
 import pytest
 
-from libai_ext.testing import launch
+from libai_ext.testing import launch, read_raw_losses
 
 K = 3
 # LiBai 0.1.1 and main on model_best, 0.1.1 on model_final / LiBai main on model_final.
@@ -35,8 +34,7 @@ def run(repo_root, output, data, iters, *flags, trainer="libai_ext.ConsistentBat
 
 
 def losses(output):
-    with open(os.path.join(output, "losses.jsonl")) as f:
-        return [json.loads(line) for line in f]
+    return read_raw_losses(output)
 
 
 @pytest.fixture(scope="module")

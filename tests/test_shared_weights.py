@@ -7,12 +7,11 @@ trains from its own random init and tp2 differs from 1 rank from iteration 0 (th
 "tp2 divergence" of issue 11).  Augmentation, mixup/cutmix, dropout, attention dropout and
 drop-path are on; the data are the real digits through LiBai's loader.
 """
-import json
 import os
 
 import pytest
 
-from libai_ext.testing import launch
+from libai_ext.testing import launch, read_raw_losses
 
 ITERS = 4
 TRAINERS = {"fixed": "libai_ext.ConsistentBatchTrainer", "stock": "libai.engine.DefaultTrainer"}
@@ -30,8 +29,7 @@ def train_net(repo_root, tmp, nproc, name, *args):
 
 
 def raw_losses(output):
-    with open(os.path.join(output, "losses.jsonl")) as f:
-        return [json.loads(line)["total_loss"] for line in f]
+    return [record["total_loss"] for record in read_raw_losses(output)]
 
 
 @pytest.fixture(scope="module")

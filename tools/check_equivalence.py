@@ -18,7 +18,6 @@ A layout is ``1`` or ``dp<N>``, ``tp<N>``, ``pp<N>`` joined by ``x`` (``dp2xtp2x
 ``key=value`` overrides apply to every layout (e.g. ``train.trainer=libai.engine.DefaultTrainer``).
 """
 import argparse
-import json
 import os
 import re
 import sys
@@ -89,11 +88,9 @@ def run_layout(args, name, sizes, global_batch):
 
 def read_losses(output, iters):
     """Per-iteration raw total loss written by ``RawLossWriter``."""
-    losses = {}
-    with open(os.path.join(output, "losses.jsonl")) as f:
-        for line in f:
-            record = json.loads(line)
-            losses[record["iteration"]] = record["total_loss"]
+    from libai_ext.testing import read_raw_losses
+
+    losses = {record["iteration"]: record["total_loss"] for record in read_raw_losses(output)}
     missing = [i for i in range(iters) if i not in losses]
     if missing:
         raise RuntimeError(f"{output}: no loss recorded for iterations {missing}")

@@ -18,7 +18,6 @@ About 5 minutes; every launched job has a hard timeout.  Exit code 0 when every 
 (how the test suite exercises this script).
 """
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -29,7 +28,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from libai_ext.testing import launch  # noqa: E402  (after the path set-up; imports no oneflow)
+from libai_ext.testing import launch, raw_losses_by_run  # noqa: E402  (after the path set-up; no oneflow)
 
 DEMO = os.path.join(ROOT, "configs", "demo_pipeline_cpu.py")
 TRAIN_NET = os.path.join(ROOT, "tools", "train_net.py")
@@ -107,18 +106,6 @@ def demo_args(output, data, *overrides):
             f"dataloader.test.0.dataset.root.root={data}", *overrides]
 
 
-def losses_by_run(path):
-    """Raw per-iteration losses of ``losses.jsonl``, split where a resumed run starts writing again."""
-    runs, last = [[]], -1
-    with open(path) as f:
-        for line in f:
-            record = json.loads(line)
-            if record["iteration"] <= last:
-                runs.append([])
-            runs[-1].append(record)
-            last = record["iteration"]
-    return runs
-
 
 def check_resume(device, workdir):
     """The demo on 1 rank of ``device``: stopped after iteration K-1, resumed, same losses as uninterrupted."""
@@ -132,7 +119,7 @@ def check_resume(device, workdir):
         f.write(f"model_{RESUME_K - 1:07d}")  # as if the run had been killed after that save
     launch(TRAIN_NET, 1, ["--resume", *demo_args(output, data, *overrides)], timeout=job_timeout(),
            device=device, workdir=os.path.join(workdir, "resume-logs-1"))
-    runs = losses_by_run(os.path.join(output, "losses.jsonl"))
+    runs = raw_losses_by_run(output)
     expect(len(runs) == 2, f"expected an uninterrupted and a resumed run in losses.jsonl, found {len(runs)}")
     full, tail = runs
     expect([r["iteration"] for r in tail] == list(range(RESUME_K, 2 * RESUME_K)),

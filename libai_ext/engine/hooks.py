@@ -5,16 +5,19 @@ import os
 from libai.engine.hooks import HookBase
 from libai.utils import distributed as dist
 
+from ..testing.raw_losses import RAW_LOSSES_FILE
+
 
 class RawLossWriter(HookBase):
     """Append each iteration's unsmoothed losses to ``<output_dir>/losses.jsonl`` (main process).
 
     LiBai's ``metrics.json`` holds running medians; comparing runs step by step (resume
-    exactness, graph vs eager) needs the raw values.
+    exactness, graph vs eager) needs the raw values.  ``libai_ext.testing.read_raw_losses``
+    and ``raw_losses_by_run`` read them back.
     """
 
     def __init__(self, output_dir):
-        self.path = os.path.join(output_dir, "losses.jsonl")
+        self.path = os.path.join(output_dir, RAW_LOSSES_FILE)
 
     def after_step(self):
         if not dist.is_main_process():
