@@ -134,24 +134,40 @@ def check_resume(device, workdir):
     return f"iterations {RESUME_K}-{2 * RESUME_K - 1}: {len(tail)} resumed losses equal bit for bit"
 
 
+def stock_keeps_pairs_on_pp2(mixup):
+    """What stock LiBai does at dp=1 x pp2: 0.1.1 breaks pairs with mixup only (every stage reads the same
+    samples); main takes every field from stage 0 (LiBai #255) and keeps them."""
+    from libai_ext.compat import libai_line, libai_main
+
+    return not mixup or libai_line() is libai_main
+
+
 def check_pairing(device, workdir):
-    """pp2 get_batch: the plugin keeps every pair, stock LiBai breaks some (with and without mixup)."""
+    """pp2 get_batch: the plugin keeps every pair; stock LiBai pairs as its line does (0.1.1 breaks mixup)."""
     result = launch(PAIRING_SCRIPT, 2, ["--pp", 2], timeout=job_timeout(), device=device,
                     workdir=os.path.join(workdir, "pairing-logs"))
     records = {(r["trainer"], r["mixup"]): r for r in result.records(0)}
-    expect(len(records) == 4, f"rank 0 reported {sorted(records)}, expected 4 cases")
+    expected = [(trainer, mixup) for trainer in ("fixed", "stock", "synthetic") for mixup in (False, True)]
+    expect(sorted(records) == expected, f"rank 0 reported {sorted(records)}, expected {expected}")
+    stock_broken = 0
     for (trainer, mixup), record in sorted(records.items()):
         paired = np.allclose(record["image_ids"], record["label_ids"], atol=1e-4)
         expect(len(record["image_ids"]) > 0, f"{trainer} mixup={mixup}: an empty batch proves nothing")
-        if trainer == "fixed":
-            expect(paired, f"ConsistentBatchTrainer broke pairs (mixup={mixup})")
+        if trainer != "stock":
+            expect(paired, f"ConsistentBatchTrainer broke pairs ({trainer}, mixup={mixup})")
+        elif stock_keeps_pairs_on_pp2(mixup):
+            expect(paired, f"stock LiBai broke pairs that real LiBai keeps (mixup={mixup}): not LiBai's batches")
         else:
             expect(not paired, f"stock LiBai kept the pairs (mixup={mixup}): the check cannot see the bug")
-    return "pp2: plugin paired in 2/2 cases, stock broken in 2/2"
+            stock_broken += 1
+    return f"pp2: plugin paired in 4/4 cases, stock broken in {stock_broken}/2 (as its LiBai line does)"
 
 
 def check_guard(device, workdir):
-    """train.batch_check stops every rank of stock LiBai with per-rank augmentation; passes the plugin."""
+    """train.batch_check stops every rank of stock LiBai 0.1.1 with per-rank augmentation (LiBai main takes
+    every field from stage 0, so there it passes); passes the plugin."""
+    from libai_ext.compat import libai_line, libai_main
+
     def run(name, trainer):
         args = demo_args(os.path.join(workdir, name), os.path.join(workdir, "data"), f"train.trainer={trainer}",
                          "train.seed_scope=rank", "train.batch_check=every", "train.train_iter=2",
@@ -161,12 +177,18 @@ def check_guard(device, workdir):
 
     stock = run("guard-stock", "libai.engine.DefaultTrainer")
     expect(not stock.timed_out, "the stock run hung")
-    expect(stock.ranks_logging("BatchMismatchError") == [0, 1],
-           f"ranks reporting BatchMismatchError: {stock.ranks_logging('BatchMismatchError')}, expected [0, 1]")
+    if libai_line() is libai_main:
+        expect(stock.failed_ranks() == [] and "batch check passed at iteration 1" in stock.log(0),
+               f"stock LiBai main should pass the guard: {stock.log(0)[-2000:]}")
+        stock_verdict = "stock (LiBai main) passed"
+    else:
+        expect(stock.ranks_logging("BatchMismatchError") == [0, 1],
+               f"ranks reporting BatchMismatchError: {stock.ranks_logging('BatchMismatchError')}, expected [0, 1]")
+        stock_verdict = "stock stopped on ranks [0, 1]"
     fixed = run("guard-fixed", "libai_ext.ConsistentBatchTrainer")
     expect(not fixed.timed_out and fixed.failed_ranks() == [], f"plugin run failed: {fixed.log(0)[-2000:]}")
     expect("batch check passed at iteration 1" in fixed.log(0), "the plugin run compared no batch")
-    return "stock stopped on ranks [0, 1]; plugin passed 2 checked iterations"
+    return f"{stock_verdict}; plugin passed 2 checked iterations"
 
 
 # --- driver -----------------------------------------------------------------------------------
