@@ -13,7 +13,7 @@ import numpy as np
 import oneflow as flow
 import pytest
 
-from libai_ext.engine import rng_state
+from libai_ext.random import rng_state
 
 
 def draws():

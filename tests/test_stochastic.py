@@ -216,7 +216,7 @@ def test_stock_dropout_depends_on_layout(runs):
 # ---- one process: statistics, gradients, counters -------------------------------------------
 
 def _mask(shape, rate, *words):
-    from libai_ext.layers import derive_keys, keep_mask
+    from libai_ext.random.counter_rng import derive_keys, keep_mask
     return keep_mask(shape, rate, derive_keys(*words)).numpy()
 
 
@@ -256,7 +256,7 @@ def test_layout_invariant_mask_statistics(shape, rate):
 def test_a_shards_bits_from_local_ops_equal_the_global_tensors(shape):
     """Eager ranks hash their slice with local ops; the bits must be those of the whole tensor
     (slices cut anywhere, one element wide included)."""
-    from libai_ext.layers.counter_rng import counter_bits, derive_keys, local_counter_bits
+    from libai_ext.random.counter_rng import counter_bits, derive_keys, local_counter_bits
 
     keys = derive_keys(1234, "probe", 3)
     whole = counter_bits(shape, keys).numpy()
@@ -326,7 +326,7 @@ def test_masks_ignore_the_seed_scope_and_eval_mode():
 
 def test_randomness_refused_with_the_key():
     from libai_ext import Dropout, seed_everything
-    from libai_ext.engine.seeding import seed_from_config
+    from libai_ext.random import seed_from_config
     from omegaconf import OmegaConf
 
     with pytest.raises(ValueError, match=r"train\.randomness='exact' is not one of"):

@@ -21,7 +21,7 @@ from libai_ext.compat.get_batch_api import call_get_batch
 from libai_ext.engine.batch import check_fields
 from libai_ext.engine.batch_check import all_gather_local, mixed_copy, source_ranks
 from libai_ext.engine.launch import check_config, exit_on_error, load_config
-from libai_ext.engine.seeding import seed_from_config
+from libai_ext.random import seed_from_config
 
 
 def parse_args(argv=None):

@@ -72,7 +72,8 @@ def check_masks(device):
     from libai.utils import distributed as dist
     from omegaconf import DictConfig
 
-    from libai_ext.layers import DropPath, Dropout, counter_uniform, derive_keys
+    from libai_ext.layers import DropPath, Dropout
+    from libai_ext.random.counter_rng import counter_uniform, derive_keys
 
     dist.setup_dist_util(DictConfig({"data_parallel_size": 1, "tensor_parallel_size": 1,
                                      "pipeline_parallel_size": 1, "pipeline_num_layers": 1}))

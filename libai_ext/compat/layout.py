@@ -44,3 +44,25 @@ def layer_placement(layer_idx, device_type=None):
     if device_type == placement.type:
         return placement
     return flow.placement(device_type, placement.ranks.tolist())
+
+
+def rank_coordinates(rank):
+    """``(stage, data-parallel index, tensor-parallel index)`` of ``rank`` in LiBai's layout.
+
+    LiBai lays stage ``s`` over ranks ``[s*n, (s+1)*n)`` (``n = dp * tp``) as a
+    ``(dp, tp)`` grid, so a rank's shard of an ``S(0)`` batch is ``(rank % n) // tp``.
+    """
+    util = dist.get_dist_util()
+    per_stage = util.world_size // util.pipeline_parallel_size
+    tp = util.tensor_parallel_size
+    return rank // per_stage, (rank % per_stage) // tp, rank % tp
+
+
+def placement_data_parallel_rank():
+    """This rank's index along the data-parallel axis of its stage's placement.
+
+    LiBai's ``get_data_parallel_rank()`` returns ``rank // (tp * pp)`` instead (0.1.1;
+    main takes that modulo dp), which under pipeline parallelism makes two shards of
+    stage 0 read the same samples.
+    """
+    return rank_coordinates(flow.env.get_rank())[1]

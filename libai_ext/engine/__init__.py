@@ -1,7 +1,8 @@
 from .batch import consistent_batch
 from .graph import GraphBase
-from .seeding import seed_everything, seed_from_config
-from .trainer import ConsistentBatchTrainer, placement_data_parallel_rank
+from ..compat.layout import placement_data_parallel_rank
+from ..random import seed_everything, seed_from_config
+from .trainer import ConsistentBatchTrainer
 
 __all__ = [
     "ConsistentBatchTrainer",

@@ -28,7 +28,8 @@ from libai.utils import distributed as dist
 from ..compat import get_batch_api, libai_line
 from .batch import apply_mixup, check_fields, reraise_worker_error
 from .stage0_loading import Stage0Batch
-from .trainer import ConsistentBatchTrainer, rank_coordinates
+from ..compat.layout import rank_coordinates
+from .trainer import ConsistentBatchTrainer
 
 BATCH_CHECK_MODES = ("off", "first", "every")
 _CHECKSUMS = 4  # numel, sum, sum of squares, position-weighted sum

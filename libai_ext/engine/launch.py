@@ -23,8 +23,8 @@ from ..compat import apply_patches, fill_missing_config_keys
 from .batch_check import BATCH_CHECK_MODES, install_batch_check
 from .graph import check_graph_options
 from .hooks import RawLossWriter
-from ..layers import DEFAULT_RANDOMNESS, check_randomness
-from .seeding import check_scope, check_seed, seed_from_config
+from ..random import DEFAULT_RANDOMNESS, check_randomness
+from ..random.seeding import check_scope, check_seed, seed_from_config
 
 DEFAULT_TRAINER = "libai_ext.ConsistentBatchTrainer"
 SETUP_DONE = "LiBai set-up done (default_setup)"

@@ -26,38 +26,11 @@ import oneflow as flow
 from libai.utils import distributed as dist
 from oneflow import nn
 
-from .counter_rng import derive_keys, keep_mask, keep_threshold, local_counter_bits, shard_box
-from .shard_rng import shard_coordinates, shard_generator
+from ..random import modes
+from ..random.counter_rng import derive_keys, keep_mask, keep_threshold, local_counter_bits, shard_box
+from ..random.shard_rng import shard_coordinates, shard_generator
 
-RANDOMNESS_MODES = ("layout_invariant", "fast")
-DEFAULT_RANDOMNESS = "layout_invariant"
-_layer_seed = 0
-_randomness = DEFAULT_RANDOMNESS
 _construction_order = itertools.count()
-
-
-def check_randomness(mode, key="train.randomness"):
-    if mode not in RANDOMNESS_MODES:
-        raise ValueError(f"{key}={mode!r} is not one of {RANDOMNESS_MODES}")
-    return mode
-
-
-def set_layer_seed(seed, randomness=None):
-    """The seed (and mode) of every stochastic layer's stream (``seed_everything`` calls this)."""
-    global _layer_seed, _randomness
-    _layer_seed = int(seed)
-    if randomness is not None:
-        _randomness = check_randomness(randomness)
-
-
-def layer_seed():
-    return _layer_seed
-
-
-def randomness():
-    """The mode layers without their own ``randomness`` use."""
-    return _randomness
-
 
 def _replicated(sbp):
     return [flow.sbp.broadcast if s == flow.sbp.partial_sum else s for s in sbp]
@@ -71,7 +44,7 @@ class _CounterStream(nn.Module):
             raise ValueError(f"{what} must be in [0, 1), got {rate}")
         super().__init__()
         self.rate = rate
-        self.randomness = None if randomness is None else check_randomness(randomness, "randomness")
+        self.randomness = None if randomness is None else modes.check_randomness(randomness, "randomness")
         self.stream = f"#{next(_construction_order)}"
         self.layer_idx = layer_idx
         replicated = dist.get_nd_sbp([flow.sbp.broadcast, flow.sbp.broadcast])
@@ -108,11 +81,11 @@ class _CounterStream(nn.Module):
         if not self.training or self.rate == 0.0:
             return x
         call = self._next_call()
-        mode = self.randomness or _randomness
+        mode = self.randomness or modes.randomness()
         if mode == "fast":
             return self._drop_native(x, call, mask_shape, mask_sbp)
         return x * self._counter_mask(x, tuple(mask_shape or x.shape), mask_sbp or (x.sbp if x.is_global else None),
-                                      derive_keys(_layer_seed, self.stream, call))
+                                      derive_keys(modes.layer_seed(), self.stream, call))
 
     def _counter_mask(self, x, shape, sbp, keys):
         """0 or 1/(1-p) per element, laid out like ``x`` (``P`` read as ``B``)."""
@@ -137,7 +110,7 @@ class _CounterStream(nn.Module):
 
     def _drop_native(self, x, call, mask_shape, mask_sbp):
         coordinates = shard_coordinates(x.placement, mask_sbp or x.sbp) if x.is_global else ()
-        generator = shard_generator(_layer_seed, self.stream, call, coordinates)
+        generator = shard_generator(modes.layer_seed(), self.stream, call, coordinates)
         partial = x.is_global and flow.sbp.partial_sum in x.sbp
         if mask_shape is None and not partial:  # the fused kernel, on x itself
             return flow._C.dropout(x, self.rate, True, False, generator)

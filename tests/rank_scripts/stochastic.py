@@ -15,7 +15,9 @@ from libai.utils import distributed as dist
 
 from common import layout_parser, run_or_die, setup_layout
 from libai_ext import seed_everything
-from libai_ext.layers import DropPath, Dropout, derive_keys, keep_mask, layer_seed
+from libai_ext.layers import DropPath, Dropout
+from libai_ext.random.counter_rng import derive_keys, keep_mask
+from libai_ext.random.modes import layer_seed
 from libai_ext.testing import write_rank_result
 
 S, B, P_SUM = flow.sbp.split, flow.sbp.broadcast, flow.sbp.partial_sum

@@ -18,7 +18,8 @@ import random
 import numpy as np
 import oneflow as flow
 
-from ..layers import DEFAULT_RANDOMNESS, check_randomness, set_layer_seed
+from ..compat.layout import placement_data_parallel_rank
+from .modes import DEFAULT_RANDOMNESS, check_randomness, set_layer_seed
 from .rng_state import cuda_device_count
 
 _SEED_LIMIT = 2 ** 32  # numpy's legacy RandomState accepts seeds in [0, 2**32)
@@ -45,8 +46,6 @@ def scoped_seed(seed, scope):
     if scope == "global":
         return seed
     if scope == "data_parallel":
-        from .trainer import placement_data_parallel_rank
-
         group = placement_data_parallel_rank()
     else:
         group = flow.env.get_rank()

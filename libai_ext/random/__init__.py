@@ -1,0 +1,15 @@
+"""Every random draw of a ``libai_ext`` run, owned in one place.
+
+* ``modes``: ``train.randomness`` (``"layout_invariant"`` or ``"fast"``) and the layers' seed;
+* ``seeding``: python, numpy and OneFlow seeded per ``train.seed_scope`` before the trainer exists;
+* ``counter_rng``: layout-invariant bits, a hash of (seed, stream, counter, global position);
+* ``shard_rng``: OneFlow generators seeded per shard (the "fast" mode);
+* ``rng_state``: the per-rank generator state saved with checkpoints.
+"""
+from .modes import DEFAULT_RANDOMNESS, RANDOMNESS_MODES, check_randomness, layer_seed, randomness, set_layer_seed
+from .rng_state import RNGStateCheckpointer, capture_rng_state, cuda_device_count, preserved_rng_state, restore_rng_state
+from .seeding import SEED_SCOPES, check_seed, scoped_seed, seed_everything, seed_from_config
+
+__all__ = ["DEFAULT_RANDOMNESS", "RANDOMNESS_MODES", "SEED_SCOPES", "RNGStateCheckpointer", "capture_rng_state",
+           "check_randomness", "check_seed", "cuda_device_count", "layer_seed", "preserved_rng_state", "randomness",
+           "restore_rng_state", "scoped_seed", "seed_everything", "seed_from_config", "set_layer_seed"]
