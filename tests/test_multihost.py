@@ -9,10 +9,8 @@ Needs root (``ip netns add``); elsewhere the test is skipped and says why.
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
@@ -72,7 +70,6 @@ def launch_on_hosts(hosts, script, args, workdir, timeout):
     env = dict(os.environ, OMP_NUM_THREADS="1", **{multirank.RESULTS_DIR_ENV: workdir})
     result = LaunchResult(command=[], nproc=nproc, workdir=workdir)
     launchers = []
-    start = time.monotonic()
     try:
         for node_rank, (ns, _) in enumerate(hosts):
             command = ["ip", "netns", "exec", ns, sys.executable, "-m", "oneflow.distributed.launch",
@@ -83,31 +80,12 @@ def launch_on_hosts(hosts, script, args, workdir, timeout):
             with open(os.path.join(workdir, f"launcher{node_rank}.log"), "w") as log:
                 launchers.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
                                                   stdin=subprocess.DEVNULL, start_new_session=True))
-        while True:
-            result.returncodes = {rank: _exit_code(workdir, rank) for rank in range(nproc)}
-            if result.failed_ranks() or not result.running_ranks():
-                break
-            if time.monotonic() - start > timeout:
-                result.timed_out = True
-                break
-            time.sleep(0.5)
-    finally:
+    except BaseException:
         for proc in launchers:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-        result.wall_s = time.monotonic() - start
+            multirank.kill_group(proc)
+        raise
+    multirank.supervise(result, launchers, timeout)
     return result
-
-
-def _exit_code(workdir, rank):
-    try:
-        with open(os.path.join(workdir, f"rank{rank}.exit")) as f:
-            return int(f.read().strip())
-    except (FileNotFoundError, ValueError):
-        return None
 
 
 def test_data_x_pipeline_parallel_trains_over_two_hosts(repo_root, tmp_path, two_hosts):

@@ -66,3 +66,9 @@ def placement_data_parallel_rank():
     stage 0 read the same samples.
     """
     return rank_coordinates(flow.env.get_rank())[1]
+
+
+def parallel_layout():
+    """``{"dp": .., "tp": .., "pp": ..}`` of this run."""
+    util = dist.get_dist_util()
+    return {"dp": util.data_parallel_size, "tp": util.tensor_parallel_size, "pp": util.pipeline_parallel_size}

@@ -13,6 +13,13 @@ what ``flow.get_rng_state`` reads) and one per CUDA device, reached only through
 ``flow._oneflow_internal.default_generator("cuda:<i>")`` (0.9.0 has no
 ``flow.cuda.get_rng_state``).  All of them are saved and restored, keyed by device name.
 
+Resuming under another layout (``(2, 2, 2)`` -> 1 rank, 1 rank -> ``tp2``): per-rank files
+cannot follow, there is no rank ``r`` of the old layout for every new rank.  Under
+``train.randomness="layout_invariant"`` training draws nothing that depends on them (masks,
+augmentation and mixup are keyed by seed, step and sample), and with ``train.seed_scope="global"``
+every rank holds the same streams anyway, so every rank resumes rank 0's state: the layout-free
+one.  In ``"fast"`` mode a layout change is refused in a warning (the masks cannot repeat).
+
 A limit of OneFlow 0.9.0 itself: its CPU generator's state holds the Mersenne Twister's
 624 words but not the position within them, so a restored CPU generator repeats the
 saved draws only from a block boundary (right after seeding, or 624 words later).
@@ -26,6 +33,9 @@ import random
 import numpy as np
 import oneflow as flow
 from libai.utils.checkpoint import Checkpointer
+
+from ..compat.layout import parallel_layout
+from . import modes
 
 logger = logging.getLogger(__name__)
 
@@ -114,16 +124,17 @@ class RNGStateCheckpointer(Checkpointer):
         return cls(checkpointer.model, checkpointer.save_dir, save_to_disk=checkpointer.save_to_disk,
                    **checkpointer.checkpointables)
 
-    def rng_state_file(self, checkpoint_path):
+    def rng_state_file(self, checkpoint_path, rank=None):
         name = os.path.basename(os.path.normpath(checkpoint_path))
-        return os.path.join(self.save_dir, "rng_state", name, f"rank_{flow.env.get_rank()}.pkl")
+        rank = flow.env.get_rank() if rank is None else rank
+        return os.path.join(self.save_dir, "rng_state", name, f"rank_{rank}.pkl")
 
     def save(self, name, **kwargs):
         super().save(name, **kwargs)
         path = self.rng_state_file(name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:
-            pickle.dump(capture_rng_state(), f)
+            pickle.dump(dict(capture_rng_state(), layout=parallel_layout()), f)
 
     def load(self, path, checkpointables=None):
         extra = super().load(path, checkpointables)
@@ -133,10 +144,28 @@ class RNGStateCheckpointer(Checkpointer):
         return extra
 
     def _restore(self, path):
-        state_file = self.rng_state_file(path)
-        if not os.path.exists(state_file):
-            logger.warning(f"no random state for rank {flow.env.get_rank()} at {state_file}: "
-                           "resumed randomness will not repeat the interrupted run")
+        own, first = self.rng_state_file(path), self.rng_state_file(path, rank=0)
+        if not os.path.exists(first):
+            logger.warning(f"no random state at {first}: resumed randomness will not repeat the interrupted run")
             return
-        with open(state_file, "rb") as f:
-            restore_rng_state(pickle.load(f))
+        here = parallel_layout()
+        state = _read(own) if os.path.exists(own) else None
+        if state is not None and state.get("layout", here) == here:
+            restore_rng_state(state)
+            return
+        saved = _read(first).get("layout")
+        if modes.randomness() != "layout_invariant":
+            logger.warning(f"resuming a {saved} checkpoint under {here} with train.randomness="
+                           f"{modes.randomness()!r}: per-rank random streams cannot follow a layout change, "
+                           "the resumed run will not repeat the interrupted one (use 'layout_invariant')")
+            if state is not None:
+                restore_rng_state(state)
+            return
+        logger.info(f"resuming a {saved} checkpoint under {here}: every rank takes rank 0's random state "
+                    "(layout_invariant)")
+        restore_rng_state(_read(first))
+
+
+def _read(state_file):
+    with open(state_file, "rb") as f:
+        return pickle.load(f)

@@ -125,7 +125,7 @@ def _read(path):
         return ""
 
 
-def _kill_group(proc):
+def kill_group(proc):
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -164,34 +164,45 @@ def launch(script, nproc, args=(), timeout=300, env=None, workdir=None, check=Tr
     # Oversubscribed CPU ranks crawl when each also spawns a thread per core.
     run_env.setdefault("OMP_NUM_THREADS", "1")
     result = LaunchResult(command=command, nproc=nproc, workdir=workdir)
-    launcher_log = open(os.path.join(workdir, "launcher.log"), "w")
-    start = time.monotonic()
-    proc = subprocess.Popen(command, env=run_env, stdout=launcher_log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
-    try:
-        while True:
-            result.returncodes = _poll_exits(workdir, nproc)
-            launcher_rc = proc.poll()
-            if (stop_on_failure and result.failed_ranks()) or not result.running_ranks():
-                break
-            if launcher_rc is not None:
-                time.sleep(0.5)  # the launcher ended: give the last exit files a moment
-                result.returncodes = _poll_exits(workdir, nproc)
-                break
-            if time.monotonic() - start > timeout:
-                result.timed_out = True
-                break
-            time.sleep(0.2)
-    finally:
-        _kill_group(proc)
-        launcher_log.close()
-        result.wall_s = time.monotonic() - start
+    with open(os.path.join(workdir, "launcher.log"), "w") as launcher_log:
+        proc = subprocess.Popen(command, env=run_env, stdout=launcher_log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        launcher_rc = supervise(result, [proc], timeout, stop_on_failure)[0]
     if launcher_rc is not None and launcher_rc != 0 and not result.failed_ranks():
         # The launcher itself failed (e.g. before any rank started): blame every silent rank.
         result.returncodes = {r: (rc if rc is not None else launcher_rc) for r, rc in result.returncodes.items()}
     if check:
         _raise_on_failure(result)
     return result
+
+
+def supervise(result, launchers, timeout, stop_on_failure=True):
+    """Watch the ranks' exit files until every rank exited, one failed (``stop_on_failure``),
+    every launcher ended, or ``timeout`` passed; then kill every launcher's process group.
+
+    Fills ``result.returncodes``, ``timed_out`` and ``wall_s``; returns the launchers' exit codes
+    (None for one that was still running).  Several launchers: one per host of a multi-node job.
+    """
+    start = time.monotonic()
+    try:
+        while True:
+            result.returncodes = _poll_exits(result.workdir, result.nproc)
+            launcher_rcs = [proc.poll() for proc in launchers]
+            if (stop_on_failure and result.failed_ranks()) or not result.running_ranks():
+                break
+            if all(rc is not None for rc in launcher_rcs):
+                time.sleep(0.5)  # the launchers ended: give the last exit files a moment
+                result.returncodes = _poll_exits(result.workdir, result.nproc)
+                break
+            if time.monotonic() - start > timeout:
+                result.timed_out = True
+                break
+            time.sleep(0.2)
+    finally:
+        for proc in launchers:
+            kill_group(proc)
+        result.wall_s = time.monotonic() - start
+    return launcher_rcs
 
 
 def _raise_on_failure(result):
