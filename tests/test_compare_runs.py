@@ -83,3 +83,28 @@ def test_missing_metrics_names_folder(tmp_path):
 def test_malformed_run_argument(tmp_path):
     res = run_tool("--runs", "just_a_path", "--out", str(tmp_path / "x"))
     assert res.returncode != 0 and "just_a_path" in res.stderr and "NAME=OUTPUT_DIR" in res.stderr
+
+
+def write_raw_losses(run_dir, losses):
+    with open(os.path.join(run_dir, "losses.jsonl"), "w") as f:
+        for it, loss in enumerate(losses):
+            f.write(json.dumps({"iteration": it, "total_loss": loss}) + "\n")
+
+
+def test_reference_column_reports_the_raw_loss_difference(tmp_path):
+    raw = {"one": [2.0, 1.5, 1.0, 0.5], "same": [2.0, 1.5, 1.0, 0.5], "apart": [2.0, 1.5, 1.1, 0.5]}
+    for name, losses in raw.items():
+        write_metrics(str(tmp_path / name), [2.0] * 10, [50.0, 60.0], 0.1)
+        write_raw_losses(str(tmp_path / name), losses)
+    out = tmp_path / "layouts"
+    res = run_tool("--runs", *(f"{n}={tmp_path / n}" for n in raw), "--out", str(out), "--reference", "one")
+    assert res.returncode == 0, res.stderr
+    rows = {}
+    for line in out.with_suffix(".md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 7 and cells[0] in raw:
+            rows[cells[0]] = cells[5:]
+    assert rows == {"one": ["0 (over 4 iterations)", "-"], "same": ["0 (over 4 iterations)", "-"],
+                    "apart": [f"{0.1 / 1.0:.3g} (over 4 iterations)", "2"]}
+    res = run_tool("--runs", f"one={tmp_path / 'one'}", "--out", str(out), "--reference", "nobody")
+    assert res.returncode != 0 and "--reference 'nobody'" in res.stderr

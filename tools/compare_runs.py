@@ -12,6 +12,10 @@ writes docs/experiment.png and docs/experiment.md. Each run folder must hold LiB
 Lines with the same "iteration" are merged, later lines winning (JSONWriter appends, so a resumed
 run rewrites the iterations it repeats).
 
+``--reference NAME`` adds, per run, the largest relative difference of the per-iteration *raw* loss
+(``<run>/losses.jsonl``, written by ``libai_ext``'s ``RawLossWriter``) from that run's, and the
+first iteration above ``--rtol``: the layout-equivalence figure, unsmoothed.
+
 Wall time, first found of: "wall_time_s" in <run>/run_info.json; a number of seconds in
 <run>/wall_time.txt; else an estimate (marked "~") summing the logged step time over the logged
 iterations, which leaves out start-up, evaluation and checkpointing.
@@ -21,6 +25,9 @@ import json
 import math
 import os
 import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 
 LOSS_KEY = "total_loss"
 ACC_KEY = "Acc@1"
@@ -120,6 +127,20 @@ def summarize(name, run_dir):
     }
 
 
+def raw_loss_difference(run, reference, rtol):
+    """(largest relative raw-loss difference of ``run`` from ``reference``, first iteration above ``rtol``)."""
+    from libai_ext.testing import read_raw_losses
+
+    ours = {r["iteration"]: r["total_loss"] for r in read_raw_losses(run["dir"])}
+    theirs = {r["iteration"]: r["total_loss"] for r in read_raw_losses(reference["dir"])}
+    common = sorted(set(ours) & set(theirs))
+    if not common:
+        raise RunError(f"{run['name']} and {reference['name']} share no iteration in losses.jsonl")
+    diffs = [(it, abs(ours[it] - theirs[it]) / max(abs(theirs[it]), 1e-12)) for it in common]
+    above = [it for it, d in diffs if d > rtol]
+    return max(d for _, d in diffs), (above[0] if above else None), len(common)
+
+
 def fmt(value, digits):
     return "n/a" if value is None else f"{value:.{digits}f}"
 
@@ -150,14 +171,19 @@ def plot(summaries, title, png):
 
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(12, 4.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    # Runs that agree draw on top of each other: dashes and marker shapes keep each one visible.
+    styles = ["-", "--", ":", "-."]
+    markers = ["o", "s", "^", "x"]
     for i, s in enumerate(summaries):
-        c = colors[i % len(colors)]
+        c, style = colors[i % len(colors)], styles[i % len(styles)]
         if s["loss"]:
             ax_loss.plot(s["loss_it"], s["loss"], color=c, alpha=0.3, linewidth=1)
             window = max(1, len(s["loss"]) // 10)
-            ax_loss.plot(s["loss_it"], moving_average(s["loss"], window), color=c, label=s["name"])
+            ax_loss.plot(s["loss_it"], moving_average(s["loss"], window), color=c, linestyle=style,
+                         label=s["name"])
         if s["acc"]:
-            ax_acc.plot(s["acc_it"], s["acc"], color=c, marker="o", markersize=3, label=s["name"])
+            ax_acc.plot(s["acc_it"], s["acc"], color=c, linestyle=style, marker=markers[i % len(markers)],
+                        markersize=4, label=s["name"])
     ax_loss.set(title="training loss (faint: logged, solid: moving average)", xlabel="iteration",
                 ylabel=LOSS_KEY)
     ax_acc.set(title="top-1 accuracy (evaluation)", xlabel="iteration", ylabel="Acc@1 (%)")
@@ -171,20 +197,24 @@ def plot(summaries, title, png):
     plt.close(fig)
 
 
-def write_table(summaries, title, md, png):
+def write_table(summaries, title, md, png, reference=None, rtol=1e-5):
+    extra = f" raw loss vs {reference['name']}: max relative difference | first iteration above {rtol:g} |" \
+        if reference else ""
     lines = [
         f"# {title}",
         "",
         f"![{title}]({os.path.basename(png)})",
         "",
-        "| run | final loss | best top-1 (%) | final top-1 (%) | wall time (s) |",
-        "|---|---|---|---|---|",
+        "| run | final loss | best top-1 (%) | final top-1 (%) | wall time (s) |" + extra,
+        "|---|---|---|---|---|" + ("---|---|" if reference else ""),
     ]
     for s in summaries:
-        lines.append(
-            f"| {s['name']} | {fmt(s['final_loss'], 4)} | {fmt(s['best_acc'], 2)} | "
-            f"{fmt(s['final_acc'], 2)} | {fmt_wall(s)} |"
-        )
+        row = (f"| {s['name']} | {fmt(s['final_loss'], 4)} | {fmt(s['best_acc'], 2)} | "
+               f"{fmt(s['final_acc'], 2)} | {fmt_wall(s)} |")
+        if reference:
+            largest, first, count = raw_loss_difference(s, reference, rtol)
+            row += f" {largest:.3g} (over {count} iterations) | {'-' if first is None else first} |"
+        lines.append(row)
     lines += [
         "",
         "final loss: mean of the logged `total_loss` over the last 10% of logged iterations "
@@ -206,6 +236,8 @@ def main(argv=None):
     parser.add_argument("--runs", nargs="+", required=True, metavar="NAME=OUTPUT_DIR")
     parser.add_argument("--out", required=True, help="output path without extension (.png and .md are written)")
     parser.add_argument("--title", default="Run comparison")
+    parser.add_argument("--reference", metavar="NAME", help="compare every run's raw losses with this run's")
+    parser.add_argument("--rtol", type=float, default=1e-5, help="with --reference: the tolerance reported")
     args = parser.parse_args(argv)
     try:
         runs = [parse_run_arg(a) for a in args.runs]
@@ -214,6 +246,11 @@ def main(argv=None):
         if dupes:
             raise RunError(f"run names must be unique; repeated: {', '.join(dupes)}")
         summaries = [summarize(n, d) for n, d in runs]
+        reference = None
+        if args.reference is not None:
+            if args.reference not in names:
+                raise RunError(f"--reference {args.reference!r} is not one of the --runs names {names}")
+            reference = summaries[names.index(args.reference)]
     except RunError as e:
         parser.error(str(e))
     out_dir = os.path.dirname(args.out)
@@ -221,7 +258,10 @@ def main(argv=None):
         os.makedirs(out_dir, exist_ok=True)
     png, md = args.out + ".png", args.out + ".md"
     plot(summaries, args.title, png)
-    write_table(summaries, args.title, md, png)
+    try:
+        write_table(summaries, args.title, md, png, reference, args.rtol)
+    except (RunError, FileNotFoundError) as e:
+        parser.error(str(e))
     print(f"wrote {png} and {md}")
     return 0
 
