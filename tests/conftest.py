@@ -1,3 +1,4 @@
+import importlib.util
 import os
 import sys
 
@@ -11,6 +12,14 @@ os.environ.update(pin_to_device(os.environ, ranks_device()))
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RANK_SCRIPTS = os.path.join(ROOT, "tests", "rank_scripts")
+
+
+def load_tool(name):
+    """tools/<name>.py as a module (the tools are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "tools", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def rank_script(name):

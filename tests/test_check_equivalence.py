@@ -8,27 +8,18 @@ vs pp2, 2 iterations each, ``train.seed_scope=rank`` (each rank its own stream, 
 * a dropout seeded per rank (tests/configs/demo_rank_local_dropout.py) -> flagged at the
   first dropout on stage 1.
 """
-import importlib.util
 import os
 import re
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, load_tool
 
 ITERS = 2
 STOCK = "train.trainer=libai.engine.DefaultTrainer"
 
 
-def load_tool():
-    spec = importlib.util.spec_from_file_location("check_equivalence",
-                                                  os.path.join(ROOT, "tools", "check_equivalence.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-tool = load_tool()
+tool = load_tool("check_equivalence")
 
 
 @pytest.fixture(scope="module")

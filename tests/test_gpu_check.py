@@ -1,20 +1,12 @@
 """tools/gpu_check.py (``make gpu-check``): refuses without a GPU; its checks run, and can fail, on CPU ranks."""
-import importlib.util
 import os
 import subprocess
 import sys
 
-from conftest import ROOT
+from conftest import ROOT, load_tool
 
 
-def load_gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", os.path.join(ROOT, "tools", "gpu_check.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gpu_check = load_gpu_check()
+gpu_check = load_tool("gpu_check")
 
 
 def test_refuses_clearly_where_oneflow_sees_no_gpu():
