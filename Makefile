@@ -9,7 +9,7 @@ LIBAI ?= $(if $(filter $(LIBAI_MAIN_VENV),$(VENV)),$(LIBAI_MAIN_ARCHIVE),libai==
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.libai_ext-installed
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= --durations=25
 
 # LiBai main (0.2.0) at commit 9dcbe3b, from its source archive, in a venv of its own.
 LIBAI_MAIN_ARCHIVE ?= ../shared/vendor/libai-main-9dcbe3b.tar.gz
