@@ -77,11 +77,14 @@ class _CounterStream(nn.Module):
         more than the fast mode's whole overhead); the buffer gets it when a state dict is taken."""
         if self._reread_calls:
             self._reread_calls = False
-            calls = self.calls.to_local() if self.calls.is_global else self.calls
-            # Ranks outside the buffer's placement (other pipeline stages) hold no part of
-            # this layer's tensors in LiBai's layouts: they keep their own count.
-            if calls.numel():
-                self._host_calls = int(calls.item())
+            calls = self.calls
+            if calls.is_global:
+                # Every rank reads it, those outside the buffer's placement too (a 0-d tensor's
+                # local part there is uninitialised memory): a graph's counters input is
+                # replicated from one rank, and every rank must agree on it.
+                everywhere = flow.env.all_device_placement(calls.placement.type)
+                calls = calls.to_global(placement=everywhere, sbp=flow.sbp.broadcast).to_local()
+            self._host_calls = int(calls.item())
         return self._host_calls
 
     def advance_calls(self, count):
