@@ -215,9 +215,10 @@ def test_stock_dropout_depends_on_layout(runs):
 
 # ---- one process: statistics, gradients, counters -------------------------------------------
 
-def _mask(shape, rate, *words):
-    from libai_ext.random.counter_rng import derive_keys, keep_mask
-    return keep_mask(shape, rate, derive_keys(*words)).numpy()
+def _mask(shape, rate, seed, stream, call):
+    """A layer's mask: keys from (seed, stream name, call) as Dropout derives them."""
+    from libai_ext.random.counter_rng import keep_mask, stream_keys
+    return keep_mask(shape, rate, stream_keys(seed, stream, call)).numpy()
 
 
 def _z_correlation(a, b):
@@ -250,6 +251,23 @@ def test_layout_invariant_mask_statistics(shape, rate):
     for name, (a, b) in pairs.items():
         z = _z_correlation(a, b)
         assert abs(z) < 4.5, f"{name}: correlation z = {z:.1f}"
+
+
+def test_host_keys_equal_the_keys_hashed_from_a_counter_tensor():
+    """Eager layers hash their counter on the host, graphs from an int32 tensor: the same keys,
+    for counters whose hash passes through negative values (OneFlow's ``//`` truncates)."""
+    import oneflow as flow
+
+    from libai_ext.random.counter_rng import call_keys, stream_keys, stream_words
+
+    calls = [0, 1, 2, 3, 1000, 123457, 2 ** 24 + 1, 2 ** 31 - 1]
+    checked = 0
+    for stream in ("layers.0.drop", "head.drop_path"):
+        tensor_keys = call_keys(stream_words(1234, stream), flow.tensor(calls, dtype=flow.int32))
+        for i, call in enumerate(calls):
+            assert stream_keys(1234, stream, call) == tuple(int(k[i]) for k in tensor_keys), (stream, call)
+            checked += 1
+    assert checked == 16
 
 
 @pytest.mark.parametrize("shape", [(64, 12), (4, 5, 6, 7)])
