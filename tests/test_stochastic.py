@@ -327,6 +327,58 @@ def test_resumed_layer_continues_the_stream(mode):
     assert not np.array_equal(masks_seen[-1], following), "the mask did not change between calls"
 
 
+def test_graph_dropout_of_oneflow_ignores_its_generator():
+    """Why "fast" cannot run natively in a graph: OneFlow 0.9.0's graph dropout draws one mask
+    whatever the seed of the generator it is given (eager: one mask per seed)."""
+    def generator(seed):
+        g = flow.Generator()
+        g.manual_seed(seed)
+        return g
+
+    class TwoSeeds(flow.nn.Graph):
+        def build(self, x):
+            return [flow._C.dropout(x, 0.5, True, False, generator(seed)) for seed in (1, 2)]
+
+    x = _one_rank_global(flow.ones(4, 16))
+    eager = [flow._C.dropout(x, 0.5, True, False, generator(seed)).numpy() for seed in (1, 2)]
+    graph = [y.numpy() for y in TwoSeeds()(x)]
+    assert not np.array_equal(*eager)
+    np.testing.assert_array_equal(*graph)
+
+
+def test_fast_mode_in_a_graph_draws_the_counter_masks():
+    """Inside GraphBase both modes draw the "layout_invariant" masks, a new one every step."""
+    from libai_ext.engine.graph import GraphBase
+    from libai_ext.layers import Dropout
+
+    class Scaled(flow.nn.Module):
+        def __init__(self, mode):
+            super().__init__()
+            self.w = flow.nn.Parameter(_one_rank_global(flow.ones(16)))
+            self.drop = Dropout(0.5, randomness=mode)
+            self.drop.stream = "probe"
+
+        def forward(self, x):
+            y = self.drop(x * self.w)
+            return {"loss": y.sum(), "y": y}
+
+    class OutputsGraph(GraphBase):
+        def _forward(self, **kwargs):
+            outputs = self.model(**kwargs)
+            outputs["loss"].backward()
+            return outputs
+
+    x = _one_rank_global(flow.ones(4, 16))
+    eager = Scaled("layout_invariant").train()
+    expected = [eager(x=x)["y"].numpy() for _ in range(3)]
+    model = Scaled("fast").train()
+    graph = OutputsGraph(model, flow.optim.SGD(model.parameters(), lr=0.0))
+    drawn = [graph(x=x)["y"].numpy() for _ in range(3)]
+    assert len({m.tobytes() for m in drawn}) == 3, "a step repeated a mask"
+    for step, (a, b) in enumerate(zip(drawn, expected)):
+        np.testing.assert_array_equal(a, b, err_msg=f"step {step}")
+
+
 def test_masks_ignore_the_seed_scope_and_eval_mode():
     from libai_ext import seed_everything
     from libai_ext.layers import Dropout

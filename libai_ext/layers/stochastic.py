@@ -20,8 +20,9 @@ Each layer's stream is keyed by ``(train.seed, stream name, call counter)``:
 * the call counter is counted on the host and written to an int64 *buffer* whenever a state
   dict is taken, so checkpoints save it and a resumed run draws the same masks.  Inside
   ``libai_ext.engine.GraphBase`` the counter is an input of the graph (``graph_calls``), so
-  graph steps draw the masks eager steps draw.  In any other ``nn.Graph`` the counter is
-  frozen at trace time: every step repeats one mask (a warning says so).
+  graph steps draw the masks eager "layout_invariant" steps draw, in both modes ("fast" is
+  eager-only: see ``_drop_traced``).  In any other ``nn.Graph`` the counter is frozen at trace
+  time: every step repeats one mask (a warning says so).
 """
 import itertools
 import logging
@@ -100,32 +101,27 @@ class _CounterStream(nn.Module):
         """``x`` with a mask of ``mask_shape`` (default: x's) applied, in training only."""
         if not self.training or self.rate == 0.0:
             return x
-        mode = self.randomness or modes.randomness()
         if x.is_lazy:
-            return self._drop_traced(x, mode, mask_shape, mask_sbp)
+            return self._drop_traced(x, mask_shape, mask_sbp)
         call = self._next_call()
-        if mode == "fast":
+        if (self.randomness or modes.randomness()) == "fast":
             return self._drop_native(x, call, mask_shape, mask_sbp)
         return x * self._counter_mask(x, tuple(mask_shape or x.shape), mask_sbp or (x.sbp if x.is_global else None),
                                       stream_keys(modes.layer_seed(), self.stream, call))
 
-    def _drop_traced(self, x, mode, mask_shape, mask_sbp):
-        """Inside ``nn.Graph`` (``self`` is then OneFlow's proxy of the layer)."""
+    def _drop_traced(self, x, mask_shape, mask_sbp):
+        """Inside ``nn.Graph`` (``self`` is then OneFlow's proxy of the layer): the counter-based
+        mask in both modes.  OneFlow 0.9.0's graph dropout ignores the generator it is given
+        (measured: every dropout of every graph draws one mask sequence, whatever the seeds and
+        ``flow.manual_seed``), so "fast" has no per-layer, per-shard stream there."""
         layer = self.to(nn.Module) if isinstance(self, ProxyModule) else self
-        counter, call = graph_calls.traced_counter(layer, x)
+        counter, _ = graph_calls.traced_counter(layer, x)
         if counter is None:
             logger.warning(f"{type(layer).__name__} {layer.stream!r} traced outside libai_ext's GraphBase: "
                            "its call counter is frozen, every step of this graph draws the same mask")
-            call, counter = layer._host_calls, None
+            keys = stream_keys(modes.layer_seed(), layer.stream, layer._host_calls)
         else:
-            call += layer._host_calls  # (fast mode only: the native kernel takes a host seed)
-        if mode == "fast":
-            # The seed becomes an attribute of the traced kernel, which then draws from its own
-            # generator step after step: new masks, but not eager's, and a resumed graph run
-            # starts a new sequence (keyed by the resumed counter) rather than continuing.
-            return self._drop_native(x, call, mask_shape, mask_sbp)
-        words = stream_words(modes.layer_seed(), layer.stream)
-        keys = stream_keys(modes.layer_seed(), layer.stream, call) if counter is None else call_keys(words, counter)
+            keys = call_keys(stream_words(modes.layer_seed(), layer.stream), counter)
         shape = tuple(mask_shape or x.shape)
         sbp = _replicated(mask_sbp or x.sbp) if x.is_global else None
         mask = keep_mask(shape, self.rate, keys, x.placement if x.is_global else None, sbp,
