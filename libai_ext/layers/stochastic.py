@@ -36,10 +36,10 @@ from ..random import modes
 from ..random.counter_rng import (
     call_keys, keep_mask, keep_threshold, local_counter_bits, shard_box, stream_keys, stream_words,
 )
+from ..random.shard_rng import shard_coordinates, shard_generator
 from . import graph_calls
 
 logger = logging.getLogger(__name__)
-from ..random.shard_rng import shard_coordinates, shard_generator
 
 _construction_order = itertools.count()
 
