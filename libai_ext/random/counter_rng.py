@@ -29,14 +29,16 @@ Eager global tensors hash this rank's slice with local ops (``shard_box``, ``loc
 fewer launch costs) and write it into the local part of a global mask; ``counter_bits`` with a
 placement, the same bits from global ops only, is what ``nn.Graph`` traces.
 
-The keys ``(C, a1, a2)`` of a layer's call are ``call_keys(stream_words(seed, stream), call)``: the
-call counter hashed by ``finalize`` itself, so every call gets unrelated maps.  The same code
+The keys ``(C, a1, a2)`` of a layer's call are ``call_keys(stream_words(seed, stream), call)``:
+the call counter hashed by ``finalize`` itself, so every call gets unrelated maps.  The same code
 runs on host ints (``HostInt32``: eager layers, no device op per call) and on an int32 tensor
 holding the counter (``nn.Graph``, where the counter must be a tensor to change between steps),
 with the same bits.  Keys may therefore be ints or int32 tensors everywhere below; a tensor key
-only ever meets ``*`` and tensor ``-`` tensor, never ``+``.  The high bits of ``h`` are the best mixed ones: masks compare ``h``
-against a threshold (``keep_mask``).  ``tests/test_stochastic.py`` checks the drop rate and the
-correlations between neighbouring elements, rows, planes and steps.
+only ever meets ``*`` and tensor ``-`` tensor, never ``+``.
+
+The high bits of ``h`` are the best mixed ones: masks compare ``h`` against a threshold
+(``keep_mask``).  ``tests/test_stochastic.py`` checks the drop rate and the correlations between
+neighbouring elements, rows, planes and steps.
 """
 import functools
 import hashlib

@@ -12,7 +12,6 @@ For every gradient accumulation in ``--accs``, four steps in each mode:
 
 Every rank records every mode's outputs (replicated to all ranks).
 """
-import numpy as np
 import oneflow as flow
 from libai.utils import distributed as dist
 from oneflow import nn
