@@ -119,6 +119,41 @@ def test_graph_gradient_accumulation_matches_eager_micro_batches(parity):
     assert np.abs(graph - eager).max() < GRAPH_EAGER_ATOL, np.abs(graph - eager)
 
 
+# --- e. dropout and drop-path in a train graph: a new mask every step, the eager one --------
+
+@pytest.fixture(scope="module")
+def graph_masks(tmp_path_factory):
+    """Outputs of 4 steps per mode (rank_scripts/graph_masks.py), pp2, gradient accumulation 2."""
+    result = launch(rank_script("graph_masks.py"), 2, ["--pp", 2, "--accs", 2], timeout=LAUNCH_TIMEOUT,
+                    workdir=str(tmp_path_factory.mktemp("graph-masks")))
+    by_rank = records_of_every_rank(result, count=3)  # eager, graph_resumed, plain_graph
+    return {rank: {r["mode"]: r["outputs"] for r in records} for rank, records in by_rank.items()}
+
+
+def distinct_steps(outputs):
+    return len({np.array(step).tobytes() for step in outputs})
+
+
+def test_plain_graph_repeats_one_mask_every_step(graph_masks):
+    """What every graph did before GraphBase fed the counters: the test can see the bug."""
+    for rank, modes in graph_masks.items():
+        assert len(modes["eager"]) == len(modes["plain_graph"]) == 4
+        assert distinct_steps(modes["eager"]) == 4, f"rank {rank}: eager steps repeat"
+        assert distinct_steps(modes["plain_graph"]) == 1, f"rank {rank}: a frozen counter drew new masks"
+
+
+def test_graph_steps_draw_the_eager_masks_and_resume_exactly(graph_masks):
+    """Each GraphBase step (two micro-batches, masks on both stages) equals the eager step exactly:
+    steps 0-1 from the start, steps 2-3 after a state dict round trip into a fresh model and graph."""
+    checked = 0
+    for rank, modes in graph_masks.items():
+        assert len(modes["graph_resumed"]) == 4
+        for step, (graph, eager) in enumerate(zip(modes["graph_resumed"], modes["eager"])):
+            assert graph == eager, f"rank {rank}, step {step}: not the eager masks"
+            checked += 1
+    assert checked == 8
+
+
 # --- c. tools/train_net.py in graph mode, and the refusals ----------------------------------
 
 TINY = ["train.train_iter=6", "train.log_period=2", "train.evaluation.eval_period=6",

@@ -215,9 +215,10 @@ def test_stock_dropout_depends_on_layout(runs):
 
 # ---- one process: statistics, gradients, counters -------------------------------------------
 
-def _mask(shape, rate, *words):
-    from libai_ext.random.counter_rng import derive_keys, keep_mask
-    return keep_mask(shape, rate, derive_keys(*words)).numpy()
+def _mask(shape, rate, seed, stream, call):
+    """A layer's mask: keys from (seed, stream name, call) as Dropout derives them."""
+    from libai_ext.random.counter_rng import keep_mask, stream_keys
+    return keep_mask(shape, rate, stream_keys(seed, stream, call)).numpy()
 
 
 def _z_correlation(a, b):
@@ -250,6 +251,23 @@ def test_layout_invariant_mask_statistics(shape, rate):
     for name, (a, b) in pairs.items():
         z = _z_correlation(a, b)
         assert abs(z) < 4.5, f"{name}: correlation z = {z:.1f}"
+
+
+def test_host_keys_equal_the_keys_hashed_from_a_counter_tensor():
+    """Eager layers hash their counter on the host, graphs from an int32 tensor: the same keys,
+    for counters whose hash passes through negative values (OneFlow's ``//`` truncates)."""
+    import oneflow as flow
+
+    from libai_ext.random.counter_rng import call_keys, stream_keys, stream_words
+
+    calls = [0, 1, 2, 3, 1000, 123457, 2 ** 24 + 1, 2 ** 31 - 1]
+    checked = 0
+    for stream in ("layers.0.drop", "head.drop_path"):
+        tensor_keys = call_keys(stream_words(1234, stream), flow.tensor(calls, dtype=flow.int32))
+        for i, call in enumerate(calls):
+            assert stream_keys(1234, stream, call) == tuple(int(k[i]) for k in tensor_keys), (stream, call)
+            checked += 1
+    assert checked == 16
 
 
 @pytest.mark.parametrize("shape", [(64, 12), (4, 5, 6, 7)])
@@ -307,6 +325,58 @@ def test_resumed_layer_continues_the_stream(mode):
     following = run(x).numpy()
     np.testing.assert_array_equal(resumed(x).numpy(), following)
     assert not np.array_equal(masks_seen[-1], following), "the mask did not change between calls"
+
+
+def test_graph_dropout_of_oneflow_ignores_its_generator():
+    """Why "fast" cannot run natively in a graph: OneFlow 0.9.0's graph dropout draws one mask
+    whatever the seed of the generator it is given (eager: one mask per seed)."""
+    def generator(seed):
+        g = flow.Generator()
+        g.manual_seed(seed)
+        return g
+
+    class TwoSeeds(flow.nn.Graph):
+        def build(self, x):
+            return [flow._C.dropout(x, 0.5, True, False, generator(seed)) for seed in (1, 2)]
+
+    x = _one_rank_global(flow.ones(4, 16))
+    eager = [flow._C.dropout(x, 0.5, True, False, generator(seed)).numpy() for seed in (1, 2)]
+    graph = [y.numpy() for y in TwoSeeds()(x)]
+    assert not np.array_equal(*eager)
+    np.testing.assert_array_equal(*graph)
+
+
+def test_fast_mode_in_a_graph_draws_the_counter_masks():
+    """Inside GraphBase both modes draw the "layout_invariant" masks, a new one every step."""
+    from libai_ext.engine.graph import GraphBase
+    from libai_ext.layers import Dropout
+
+    class Scaled(flow.nn.Module):
+        def __init__(self, mode):
+            super().__init__()
+            self.w = flow.nn.Parameter(_one_rank_global(flow.ones(16)))
+            self.drop = Dropout(0.5, randomness=mode)
+            self.drop.stream = "probe"
+
+        def forward(self, x):
+            y = self.drop(x * self.w)
+            return {"loss": y.sum(), "y": y}
+
+    class OutputsGraph(GraphBase):
+        def _forward(self, **kwargs):
+            outputs = self.model(**kwargs)
+            outputs["loss"].backward()
+            return outputs
+
+    x = _one_rank_global(flow.ones(4, 16))
+    eager = Scaled("layout_invariant").train()
+    expected = [eager(x=x)["y"].numpy() for _ in range(3)]
+    model = Scaled("fast").train()
+    graph = OutputsGraph(model, flow.optim.SGD(model.parameters(), lr=0.0))
+    drawn = [graph(x=x)["y"].numpy() for _ in range(3)]
+    assert len({m.tobytes() for m in drawn}) == 3, "a step repeated a mask"
+    for step, (a, b) in enumerate(zip(drawn, expected)):
+        np.testing.assert_array_equal(a, b, err_msg=f"step {step}")
 
 
 def test_masks_ignore_the_seed_scope_and_eval_mode():

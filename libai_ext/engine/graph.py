@@ -13,6 +13,7 @@ one config selects it on both lines with
 
 Pipeline stages are set generically (see ``assign_pipeline_stages``): no per-model code.
 """
+import contextlib
 import logging
 
 import oneflow as flow
@@ -22,6 +23,8 @@ from oneflow.nn.graph import GraphModule
 from libai.utils import distributed as dist
 
 from ..compat import layout
+from ..layers import GraphCalls, stochastic_layers
+from ..layers.graph_calls import COUNTERS_INPUT
 
 logger = logging.getLogger(__name__)
 
@@ -210,6 +213,10 @@ class GraphBase(nn.Graph):
     the graph's ``ProxyModule`` (use ``graph_model.<child>.to(GraphModule).set_stage(...)``);
     it runs after the automatic pass.  LiBai 0.1.1 models' own ``set_pipeline_stage_id``
     is not called: it is written against the pre-0.9 ``.origin`` API.
+
+    Dropout / DropPath of ``libai_ext.layers``: a train graph takes their call counters as an
+    extra input at every call and advances them afterwards (``libai_ext.layers.graph_calls``),
+    so each step draws new masks, the ones eager training draws.
     """
 
     def __init__(self, model, optimizer=None, lr_scheduler=None, fp16=False, activation_checkpoint=False,
@@ -223,6 +230,8 @@ class GraphBase(nn.Graph):
                                 util.data_parallel_size, util.tensor_parallel_size, cuda=cuda)
         self.model = model
         self.is_train = is_train
+        layers = stochastic_layers(model) if is_train else []
+        self.stochastic_calls = GraphCalls(layers, grad_acc_steps) if layers else None
         self.global_view = global_view_options(global_mode, device) if is_train else None
         if is_train:
             if optimizer is None:
@@ -249,13 +258,28 @@ class GraphBase(nn.Graph):
             # As LiBai: communication on the compute stream saves memory under model parallelism.
             flow.boxing.nccl.enable_use_compute_stream(True)
 
-    def build(self, **kwargs):
-        if self.global_view is None:
-            return self._forward(**kwargs)
-        from oneflow.utils.global_view import global_mode
+    def __call__(self, *args, **kwargs):
+        calls = self.stochastic_calls
+        if calls is None:
+            return super().__call__(*args, **kwargs)
+        device_type = dist.get_layer_placement(0).type
+        if not self._is_compiled:
+            # Trace before the first run: its counters need each layer's calls per micro-batch.
+            self._compile(*args, **kwargs, **{COUNTERS_INPUT: calls.counters(device_type)})
+        outputs = super().__call__(*args, **kwargs, **{COUNTERS_INPUT: calls.counters(device_type)})
+        calls.advance()
+        return outputs
 
-        with global_mode(True, **self.global_view):
-            return self._forward(**kwargs)
+    def build(self, **kwargs):
+        counters = kwargs.pop(COUNTERS_INPUT, None)
+        tracing = self.stochastic_calls.tracing(counters) if counters is not None else contextlib.nullcontext()
+        with tracing:
+            if self.global_view is None:
+                return self._forward(**kwargs)
+            from oneflow.utils.global_view import global_mode
+
+            with global_mode(True, **self.global_view):
+                return self._forward(**kwargs)
 
     def _forward(self, **kwargs):
         outputs = self.model(**kwargs)

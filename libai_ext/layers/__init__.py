@@ -2,6 +2,7 @@
 
 Their randomness (modes, seed, streams) belongs to ``libai_ext.random``.
 """
-from .stochastic import DropPath, Dropout, name_stochastic_layers
+from .graph_calls import GraphCalls
+from .stochastic import DropPath, Dropout, name_stochastic_layers, stochastic_layers
 
-__all__ = ["DropPath", "Dropout", "name_stochastic_layers"]
+__all__ = ["DropPath", "Dropout", "GraphCalls", "name_stochastic_layers", "stochastic_layers"]

@@ -18,17 +18,28 @@ Each layer's stream is keyed by ``(train.seed, stream name, call counter)``:
 * the stream name is the module's qualified name once ``name_stochastic_layers(model)`` ran
   (the trainer does it), otherwise its construction order;
 * the call counter is counted on the host and written to an int64 *buffer* whenever a state
-  dict is taken, so checkpoints save it and a resumed run draws the same masks.
+  dict is taken, so checkpoints save it and a resumed run draws the same masks.  Inside
+  ``libai_ext.engine.GraphBase`` the counter is an input of the graph (``graph_calls``), so
+  graph steps draw the masks eager "layout_invariant" steps draw, in both modes ("fast" is
+  eager-only: see ``_drop_traced``).  In any other ``nn.Graph`` the counter is frozen at trace
+  time: every step repeats one mask (a warning says so).
 """
 import itertools
+import logging
 
 import oneflow as flow
 from libai.utils import distributed as dist
 from oneflow import nn
+from oneflow.nn.graph.proxy import ProxyModule
 
 from ..random import modes
-from ..random.counter_rng import derive_keys, keep_mask, keep_threshold, local_counter_bits, shard_box
+from ..random.counter_rng import (
+    call_keys, keep_mask, keep_threshold, local_counter_bits, shard_box, stream_keys, stream_words,
+)
 from ..random.shard_rng import shard_coordinates, shard_generator
+from . import graph_calls
+
+logger = logging.getLogger(__name__)
 
 _construction_order = itertools.count()
 
@@ -62,17 +73,27 @@ class _CounterStream(nn.Module):
         super()._load_from_state_dict(*args, **kwargs)
         self._reread_calls = True  # from the loaded buffer, at the next call
 
-    def _next_call(self):
-        """This call's number, counted on the host (a device op per call would cost more than
-        the fast mode's whole overhead); the buffer gets it when a state dict is taken."""
-        if self._reread_calls and not self.calls.is_lazy:  # (not while nn.Graph traces)
+    def current_calls(self):
+        """The number of the next call, counted on the host (a device op per call would cost
+        more than the fast mode's whole overhead); the buffer gets it when a state dict is taken."""
+        if self._reread_calls:
             self._reread_calls = False
-            calls = self.calls.to_local() if self.calls.is_global else self.calls
-            # Ranks outside the buffer's placement (other pipeline stages) hold no part of
-            # this layer's tensors in LiBai's layouts: they keep their own count.
-            if calls.numel():
-                self._host_calls = int(calls.item())
-        call = self._host_calls
+            calls = self.calls
+            if calls.is_global:
+                # Every rank reads it, those outside the buffer's placement too (a 0-d tensor's
+                # local part there is uninitialised memory): a graph's counters input is
+                # replicated from one rank, and every rank must agree on it.
+                everywhere = flow.env.all_device_placement(calls.placement.type)
+                calls = calls.to_global(placement=everywhere, sbp=flow.sbp.broadcast).to_local()
+            self._host_calls = int(calls.item())
+        return self._host_calls
+
+    def advance_calls(self, count):
+        """Count ``count`` calls made elsewhere (a graph's steps, see ``graph_calls``)."""
+        self._host_calls = self.current_calls() + count
+
+    def _next_call(self):
+        call = self.current_calls()
         self._host_calls += 1
         return call
 
@@ -80,12 +101,32 @@ class _CounterStream(nn.Module):
         """``x`` with a mask of ``mask_shape`` (default: x's) applied, in training only."""
         if not self.training or self.rate == 0.0:
             return x
+        if x.is_lazy:
+            return self._drop_traced(x, mask_shape, mask_sbp)
         call = self._next_call()
-        mode = self.randomness or modes.randomness()
-        if mode == "fast":
+        if (self.randomness or modes.randomness()) == "fast":
             return self._drop_native(x, call, mask_shape, mask_sbp)
         return x * self._counter_mask(x, tuple(mask_shape or x.shape), mask_sbp or (x.sbp if x.is_global else None),
-                                      derive_keys(modes.layer_seed(), self.stream, call))
+                                      stream_keys(modes.layer_seed(), self.stream, call))
+
+    def _drop_traced(self, x, mask_shape, mask_sbp):
+        """Inside ``nn.Graph`` (``self`` is then OneFlow's proxy of the layer): the counter-based
+        mask in both modes.  OneFlow 0.9.0's graph dropout ignores the generator it is given
+        (measured: every dropout of every graph draws one mask sequence, whatever the seeds and
+        ``flow.manual_seed``), so "fast" has no per-layer, per-shard stream there."""
+        layer = self.to(nn.Module) if isinstance(self, ProxyModule) else self
+        counter, _ = graph_calls.traced_counter(layer, x)
+        if counter is None:
+            logger.warning(f"{type(layer).__name__} {layer.stream!r} traced outside libai_ext's GraphBase: "
+                           "its call counter is frozen, every step of this graph draws the same mask")
+            keys = stream_keys(modes.layer_seed(), layer.stream, layer._host_calls)
+        else:
+            keys = call_keys(stream_words(modes.layer_seed(), layer.stream), counter)
+        shape = tuple(mask_shape or x.shape)
+        sbp = _replicated(mask_sbp or x.sbp) if x.is_global else None
+        mask = keep_mask(shape, self.rate, keys, x.placement if x.is_global else None, sbp,
+                         None if x.is_global else x.device)
+        return x * (mask.to(x.dtype) * (1.0 / (1.0 - self.rate)))
 
     def _counter_mask(self, x, shape, sbp, keys):
         """0 or 1/(1-p) per element, laid out like ``x`` (``P`` read as ``B``)."""
@@ -93,8 +134,6 @@ class _CounterStream(nn.Module):
         if not x.is_global:
             return keep_mask(shape, self.rate, keys, device=x.device).to(x.dtype) * scale
         sbp = _replicated(sbp)
-        if x.is_lazy:  # nn.Graph: global ops only
-            return keep_mask(shape, self.rate, keys, x.placement, sbp).to(x.dtype) * scale
         # Eager: this rank's slice from local ops (cheaper to launch), written into the local
         # part of a global tensor: no communication, whatever the placement.
         mask = flow.empty(shape, dtype=x.dtype, placement=x.placement, sbp=sbp)
@@ -155,6 +194,11 @@ class DropPath(_CounterStream):
 
     def extra_repr(self):
         return f"drop_prob={self.drop_prob}, layer_idx={self.layer_idx}"
+
+
+def stochastic_layers(model):
+    """The model's Dropout / DropPath modules, each once, in ``modules()`` order."""
+    return [module for module in model.modules() if isinstance(module, _CounterStream)]
 
 
 def name_stochastic_layers(model):

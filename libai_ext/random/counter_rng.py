@@ -20,7 +20,7 @@ bitwise ops:
    dimension is split; else one small ``arange`` per group of dimensions (split dimensions
    alone, unsplit neighbours merged) subtracted from zeros: each rank only materialises its
    own slice.
-2. two quadratic rounds ``h = h * (h + a)`` (the nonlinear step; a multiply by a constant
+2. two quadratic rounds ``h = h * (h - a)`` (the nonlinear step; a multiply by a constant
    and ``+`` alone stay nearly linear, measured: 118-sigma row correlations), each followed by
    ``h -= h >> 16`` with the shift written ``h // 2**16`` (exact integer arithmetic, the same
    on every device), then ``h *= M``.
@@ -29,11 +29,18 @@ Eager global tensors hash this rank's slice with local ops (``shard_box``, ``loc
 fewer launch costs) and write it into the local part of a global mask; ``counter_bits`` with a
 placement, the same bits from global ops only, is what ``nn.Graph`` traces.
 
-The keys ``(C, a1, a2)`` are derived on the host from (seed, stream, call counter), so every
-call gets unrelated maps.  The high bits of ``h`` are the best mixed ones: masks compare ``h``
-against a threshold (``keep_mask``).  ``tests/test_stochastic.py`` checks the drop rate and the
-correlations between neighbouring elements, rows, planes and steps.
+The keys ``(C, a1, a2)`` of a layer's call are ``call_keys(stream_words(seed, stream), call)``:
+the call counter hashed by ``finalize`` itself, so every call gets unrelated maps.  The same code
+runs on host ints (``HostInt32``: eager layers, no device op per call) and on an int32 tensor
+holding the counter (``nn.Graph``, where the counter must be a tensor to change between steps),
+with the same bits.  Keys may therefore be ints or int32 tensors everywhere below; a tensor key
+only ever meets ``*`` and tensor ``-`` tensor, never ``+``.
+
+The high bits of ``h`` are the best mixed ones: masks compare ``h`` against a threshold
+(``keep_mask``).  ``tests/test_stochastic.py`` checks the drop rate and the correlations between
+neighbouring elements, rows, planes and steps.
 """
+import functools
 import hashlib
 
 import numpy as np
@@ -48,12 +55,62 @@ def _signed32(value):
     return value - _INT32 if value >= 2 ** 31 else value
 
 
+def _hash_words(count, words):
+    digest = hashlib.blake2b(repr(words).encode(), digest_size=4 * count).digest()
+    return [_signed32(int.from_bytes(digest[4 * i:4 * i + 4], "little")) for i in range(count)]
+
+
 def derive_keys(*words):
     """``(C, a1, a2)`` (signed int32, ``C`` odd) from any words (seed, stream, counter, ...)."""
-    digest = hashlib.blake2b(repr(words).encode(), digest_size=12).digest()
-    keys = [int.from_bytes(digest[4 * i:4 * i + 4], "little") for i in range(3)]
-    keys[0] |= 1
-    return tuple(_signed32(k) for k in keys)
+    keys = _hash_words(3, words)
+    return (keys[0] | 1,) + tuple(keys[1:])
+
+
+class HostInt32:
+    """A host int that wraps like OneFlow 0.9.0's int32 kernels, for the ops ``finalize`` uses.
+
+    Their ``//`` truncates toward zero (measured on CPU, eager and graph), unlike Python's.
+    """
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = _signed32(int(value))
+
+    def __mul__(self, other):
+        return HostInt32(self.value * int(other))
+
+    def __sub__(self, other):
+        return HostInt32(self.value - int(other))
+
+    def __add__(self, other):
+        return HostInt32(self.value + int(other))
+
+    def __floordiv__(self, other):
+        quotient = abs(self.value) // abs(int(other))
+        return HostInt32(quotient if (self.value < 0) == (int(other) < 0) else -quotient)
+
+    def __int__(self):
+        return self.value
+
+
+@functools.lru_cache(maxsize=4096)
+def stream_words(seed, stream):
+    """Twelve int32 words of a stream, four per key: ``call_keys`` hashes the counter with them."""
+    words = _hash_words(12, (seed, stream))
+    return tuple(w | 1 if i % 4 == 0 else w for i, w in enumerate(words))
+
+
+def call_keys(words, call):
+    """``(C, a1, a2)`` for one call: ``call`` is a ``HostInt32`` or an int32 tensor (the same bits).
+
+    Each key is ``finalize`` of ``call * m - b`` (``m`` odd: a bijection of the counter)."""
+    keys = [finalize(call * m - b, (None, c, d)) for m, b, c, d in zip(*[iter(words)] * 4)]
+    return (keys[0] * 2 + 1,) + tuple(keys[1:])  # C odd: a bijection of the index
+
+
+def stream_keys(seed, stream, call):
+    """``call_keys`` on the host: the keys of a layer's ``call``-th draw, as ints."""
+    return tuple(int(k) for k in call_keys(stream_words(seed, stream), HostInt32(call)))
 
 
 def _shift_right(h, bits):
@@ -63,9 +120,9 @@ def _shift_right(h, bits):
 
 def finalize(h, keys):
     """Two quadratic rounds with shift-adds (see the module docstring)."""
-    h = h * (h + keys[1])
-    h = h - _shift_right(h, 16)  # tensor - tensor: exact (tensor + tensor is not, see above)
-    h = h * (h + keys[2])
+    h = h * (h - keys[1])  # (tensor - tensor is exact, tensor + tensor is not, see above)
+    h = h - _shift_right(h, 16)
+    h = h * (h - keys[2])
     h = h - _shift_right(h, 16)  # without it: 1.7x the expected squared z of 2x2 rectangles
     return h * _M
 
@@ -95,8 +152,14 @@ def _dim_groups(ndim, split_dims):
     return groups + [run] if run else groups
 
 
-def _group_term(shape, group, multiplier, placement, sbp, device):
-    """``(flat index contribution of ``group``'s dims) * multiplier``, shaped to broadcast."""
+def _scaled_key(key, factor):
+    """``key * factor`` in int32, for an int key or an int32 tensor key (never negated: unary
+    ``-`` of a tensor is not exact)."""
+    return _signed32(key * factor) if isinstance(key, int) else key * _signed32(factor)
+
+
+def _group_term(shape, group, key, sign, placement, sbp, device):
+    """``(flat index contribution of ``group``'s dims) * sign * key``, shaped to broadcast."""
     sizes = [shape[d] for d in group]
     stride = int(np.prod(shape[group[-1] + 1:], dtype=np.int64))
     if placement is None:
@@ -105,7 +168,7 @@ def _group_term(shape, group, multiplier, placement, sbp, device):
         split = [flow.sbp.split(group[0])] if len(group) == 1 else []
         vector_sbp = [flow.sbp.split(0) if s in split else flow.sbp.broadcast for s in sbp]
         axis = flow.arange(int(np.prod(sizes)), dtype=flow.int32, placement=placement, sbp=vector_sbp)
-    term = axis * _signed32(stride * multiplier)
+    term = axis * _scaled_key(key, sign * stride)
     if len(group) > 1:
         term = term.reshape(sizes)
     # unsqueeze (not reshape) keeps a split vector's axis attached to its dimension.
@@ -130,13 +193,13 @@ def counter_bits(shape, keys, placement=None, sbp=None, device=None):
     # h = -(flat index * C): one arange when nothing is split, else 0 - one term per group
     # (full - vector is cheap; vector + vector broadcasts and tensor + tensor are not, measured).
     if len(groups) == 1:
-        return finalize(_group_term(shape, groups[0], -keys[0], placement, sbp, device), keys)
+        return finalize(_group_term(shape, groups[0], keys[0], -1, placement, sbp, device), keys)
     if placement is None:
         h = flow.zeros(shape, dtype=flow.int32, device=device)
     else:
         h = flow.zeros(shape, dtype=flow.int32, placement=placement, sbp=sbp)
     for group in groups:
-        h = h - _group_term(shape, group, keys[0], placement, sbp, device)
+        h = h - _group_term(shape, group, keys[0], 1, placement, sbp, device)
     return finalize(h, keys)
 
 
