@@ -32,7 +32,8 @@ import sys
 import oneflow as flow
 
 LAYOUT_OPS = ("to_global", "to")
-_VALUE_OPS = ("mul_", "div_", "add_", "sub_", "clamp_", "clip_", "erfinv_")
+_VALUE_OPS = ("mul_", "div_", "add_", "sub_", "clamp_", "clip_", "clamp_min_", "clamp_max_", "erfinv_", "floor_",
+              "sin_", "relu_", "triu_", "addcmul_", "addcdiv_", "masked_fill_", "scatter_", "scatter_add_", "index_add_")
 _UNSUPPORTED_FACTORIES = ("randint", "randperm", "bernoulli", "randint_like", "randn_like", "multinomial")
 _UNSUPPORTED_METHODS = ("exponential_", "bernoulli_", "orthogonal_")
 # Frames inside these packages are not where a draw "comes from" in a message.
