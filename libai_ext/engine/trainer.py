@@ -100,9 +100,13 @@ class ConsistentBatchTrainer(DefaultTrainer):
         with recording_init() as recorder:
             model = super().build_model(cfg)
         redrawn = reinitialize(model, recorder, seed)
-        logging.getLogger(__name__).info(
-            "layout_invariant init: %d random tensors re-drawn from train.seed=%d (by name and global index): %s",
-            len(redrawn), seed, ", ".join(f"{name} ~ {recipe}" for name, recipe in redrawn.items()))
+        logger = logging.getLogger(__name__)
+        kinds = sorted({recipe.split("(")[0] for recipe in redrawn.values()})
+        logger.info("layout_invariant init: %d randomly initialised tensors re-drawn from train.seed=%d, their "
+                    "names and global indices (%s draws, then the model's own ops; other tensors keep their "
+                    "constant init): %s", len(redrawn), seed, "/".join(kinds), ", ".join(redrawn))
+        for name, recipe in redrawn.items():
+            logger.debug("  %s ~ %s", name, recipe)
         return model
 
     @classmethod
