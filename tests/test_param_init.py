@@ -6,7 +6,8 @@ and what cannot be reproduced is refused by name.  Multi-rank: configs/swin_digi
 built as ConsistentBatchTrainer builds it has bit-identical initial weights on 1 rank and on
 tp2 x pp2 (4 ranks), while the same builds without the re-draw (train.randomness="fast", and stock
 LiBai's DefaultTrainer) differ there.  tp2, pp2 and dp2 too with LIBAI_EXT_ALL_LAYOUTS=1 (each
-launch costs 15-30 s on 2 shared cores; tp2 x pp2 covers both splits).
+launch costs 15-30 s on 2 shared cores; tp2 x pp2 covers both splits), and then LiBai's own GPT,
+BERT, ViT and T5 (tiny) on 1 rank and tp2 x pp2 as well.
 """
 import os
 import functools
@@ -172,8 +173,10 @@ def weights(layout):
     return merged
 
 
-@pytest.mark.parametrize("layout", ["tp2xpp2"] + [pytest.param(name, marks=pytest.mark.skipif(
-    os.environ.get("LIBAI_EXT_ALL_LAYOUTS") != "1", reason="LIBAI_EXT_ALL_LAYOUTS=1")) for name in EXTRA_LAYOUTS])
+ALL_LAYOUTS = pytest.mark.skipif(os.environ.get("LIBAI_EXT_ALL_LAYOUTS") != "1", reason="LIBAI_EXT_ALL_LAYOUTS=1")
+
+
+@pytest.mark.parametrize("layout", ["tp2xpp2"] + [pytest.param(name, marks=ALL_LAYOUTS) for name in EXTRA_LAYOUTS])
 def test_swin_initial_weights_from_the_seed_are_the_same_on_every_layout(layout):
     single, parallel = weights("1"), weights(layout)
     reference = single["layout_invariant"]
@@ -187,3 +190,23 @@ def test_swin_initial_weights_from_the_seed_are_the_same_on_every_layout(layout)
         # Without the re-draw every split tensor differs (all random ones but the replicated conv).
         split = sorted(n for n in random if not n.startswith("patch_embed."))
         assert differ["fast"] == split and differ["stock"] == split
+
+
+def libai_model_weights(nproc, *layout):
+    """{model: {name: sha1}} over every rank of a launch of rank_scripts/libai_models_init.py."""
+    result = launch(rank_script("libai_models_init.py"), nproc, timeout=400, args=list(layout) + ["--layers", 4])
+    merged = {}
+    for rank, records in records_of_every_rank(result, count=4).items():
+        for record in records:
+            for name, digest in record["weights"].items():
+                seen = merged.setdefault(record["model"], {}).setdefault(name, digest)
+                assert seen == digest, f"rank {rank}: replicas of {record['model']} {name} differ"
+    return merged
+
+
+@ALL_LAYOUTS
+def test_libai_models_initial_weights_are_the_same_on_tp2xpp2():
+    single, parallel = libai_model_weights(1), libai_model_weights(4, "--tp", 2, "--pp", 2)
+    assert sorted(single) == ["bert", "gpt", "t5", "vit"]
+    for model, reference in single.items():
+        assert parallel[model] == reference, model

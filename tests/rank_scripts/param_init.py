@@ -17,7 +17,8 @@ from libai.engine import DefaultTrainer
 from common import layout_parser, run_or_die, setup_layout
 from libai_ext import ConsistentBatchTrainer, seed_from_config
 from libai_ext.random.param_init import named_tensors
-from libai_ext.testing import write_rank_result
+from libai.utils import distributed as dist
+from libai_ext.testing import ranks_device, write_rank_result
 
 BUILDS = (("layout_invariant", ConsistentBatchTrainer, "layout_invariant"),
           ("fast", ConsistentBatchTrainer, "fast"),
@@ -34,6 +35,9 @@ def full_value(tensor):
 
 def main():
     setup_layout(layout_parser().parse_args())
+    util = dist.get_dist_util()
+    if hasattr(util, "set_device_type"):  # LiBai main: build_model's placements follow it (default "cuda")
+        util.set_device_type(ranks_device())
     for build, trainer, randomness in BUILDS:
         cfg = LazyConfig.load(CONFIG)
         cfg.train.randomness = randomness
