@@ -232,12 +232,8 @@ def _patches(recorder):
     data = T.__dict__["data"]
     param_init = flow.nn.Parameter.__init__
     patches = [
-        (flow, "normal", _guarded(recorder, flow.normal, _normal_event(recorder))),
-        (flow._C, "normal", _guarded(recorder, flow._C.normal, _normal_event(recorder))),
         (flow._C, "uniform_", _guarded(recorder, flow._C.uniform_,
                                        lambda r, t, a=0.0, b=1.0, *_, **__: recorder.drew(t, "uniform", (a, b)))),
-        (flow, "randn", _guarded(recorder, flow.randn, lambda r, *a, **k: recorder.drew(r, "normal", (0.0, 1.0)))),
-        (flow, "rand", _guarded(recorder, flow.rand, lambda r, *a, **k: recorder.drew(r, "uniform", (0.0, 1.0)))),
         (T, "fill_", _guarded(recorder, T.fill_, lambda r, t, value: recorder.overwrote(t, value))),
         (T, "zero_", _guarded(recorder, T.zero_, lambda r, t: recorder.overwrote(t))),
         (T, "copy_", _guarded(recorder, T.copy_, lambda r, t, other: recorder.overwrote(t, other))),
@@ -249,15 +245,24 @@ def _patches(recorder):
             recorder, param_init, lambda r, p, data=None, *a, **k: data is not None and recorder.bind(
                 p, recorder.storage(data)))),
     ]
+    # flow.<name> and flow._C.<name> are one function in 0.9.0: both names are watched.
+    for owner in (flow, flow._C):
+        patches += [
+            (owner, "normal", _guarded(recorder, owner.normal, _normal_event(recorder))),
+            (owner, "randn", _guarded(recorder, owner.randn,
+                                      lambda r, *a, **k: recorder.drew(r, "normal", (0.0, 1.0)))),
+            (owner, "rand", _guarded(recorder, owner.rand,
+                                     lambda r, *a, **k: recorder.drew(r, "uniform", (0.0, 1.0)))),
+        ]
+        patches += [(owner, name, _guarded(recorder, getattr(owner, name),
+                                           lambda r, *a, _name=name, **k: recorder.drew_unsupported(r, _name)))
+                    for name in _UNSUPPORTED_FACTORIES if hasattr(owner, name)]
     for name in _VALUE_OPS:
         patches.append((T, name, _guarded(recorder, getattr(T, name),
                                           lambda r, t, *a, _name=name, **k: recorder.value_op(t, _name, a, k))))
     for name in LAYOUT_OPS:
         patches.append((T, name, _guarded(recorder, getattr(T, name),
                                           lambda r, t, *a, _name=name, **k: recorder.moved(t, r, _name, a, k))))
-    for name in _UNSUPPORTED_FACTORIES:
-        patches.append((flow, name, _guarded(recorder, getattr(flow, name),
-                                             lambda r, *a, _name=name, **k: recorder.drew_unsupported(r, _name))))
     for name in _UNSUPPORTED_METHODS:
         patches.append((T, name, _guarded(recorder, getattr(T, name),
                                           lambda r, t, *a, _name=name, **k: recorder.drew_unsupported(t, _name))))
