@@ -1,7 +1,8 @@
 """tp2 follows 1 rank step for step when both start from one checkpoint (``train.load_weight``).
 
-Random initial weights depend on the layout (OneFlow's global random draws differ between
-1 rank and tp2), so layouts are compared from one shared set of initial weights.  Stock
+Stock LiBai's random initial weights depend on the layout (OneFlow's global random draws differ
+between 1 rank and tp2; tests/test_param_init.py covers the plugin's seeded init), so layouts are
+compared from one shared set of initial weights.  Stock
 LiBai 0.1.1 ignores ``train.load_weight`` unless ``--resume`` is given: each layout then
 trains from its own random init and tp2 differs from 1 rank from iteration 0 (the
 "tp2 divergence" of issue 11).  Augmentation, mixup/cutmix, dropout, attention dropout and

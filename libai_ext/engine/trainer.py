@@ -1,6 +1,7 @@
 """``ConsistentBatchTrainer``: LiBai's ``DefaultTrainer`` with correctly paired batches."""
 import contextlib
 import inspect
+import logging
 
 from libai.config import try_get_key
 from libai.config.lazy import locate
@@ -10,7 +11,7 @@ from libai.utils import distributed as dist
 from ..compat import fill_missing_config_keys, get_batch_api
 from ..compat.layout import placement_data_parallel_rank
 from ..layers import name_stochastic_layers
-from ..random import RNGStateCheckpointer, preserved_rng_state
+from ..random import DEFAULT_RANDOMNESS, RNGStateCheckpointer, preserved_rng_state, recording_init, reinitialize
 from .batch import consistent_batch
 from .resume import continue_finished_run, load_checkpoint_or_weights
 from .stage0_loading import Stage0Batch, Stage0OnlyLoader
@@ -65,7 +66,10 @@ class ConsistentBatchTrainer(DefaultTrainer):
     restored random state, so it never shifts training's streams; stochastic layers of
     ``libai_ext.layers`` are keyed by their qualified names.
 
-    Initial weights: ``train.load_weight`` is loaded whenever training does not resume
+    Initial weights: under ``train.randomness="layout_invariant"`` (the default) every randomly
+    initialised parameter is re-drawn from ``train.seed``, its qualified name and each element's
+    global index, with the distribution the model's code asked for: the same initial model on
+    1 rank and on any (dp, tp, pp) layout.  ``train.load_weight`` is loaded whenever training does not resume
     (LiBai 0.1.1 ignores it without ``--resume``).  ``--resume`` with a larger
     ``train.train_iter`` continues a finished run (``last_checkpoint`` = ``model_final``).
     """
@@ -82,8 +86,27 @@ class ConsistentBatchTrainer(DefaultTrainer):
 
     @classmethod
     def build_model(cls, cfg):
-        model = super().build_model(cfg)
+        if try_get_key(cfg, "train.randomness", default=DEFAULT_RANDOMNESS) != "layout_invariant":
+            model = super().build_model(cfg)
+        else:
+            model = cls._build_with_seeded_init(cfg)
         name_stochastic_layers(model)
+        return model
+
+    @classmethod
+    def _build_with_seeded_init(cls, cfg):
+        """Initial values from ``train.seed`` and each tensor's name alone (``libai_ext.random.param_init``)."""
+        seed = try_get_key(cfg, "train.seed", default=0)
+        with recording_init() as recorder:
+            model = super().build_model(cfg)
+        redrawn = reinitialize(model, recorder, seed)
+        logger = logging.getLogger(__name__)
+        kinds = sorted({recipe.split("(")[0] for recipe in redrawn.values()})
+        logger.info("layout_invariant init: %d randomly initialised tensors re-drawn from train.seed=%d, their "
+                    "names and global indices (%s draws, then the model's own ops; other tensors keep their "
+                    "constant init): %s", len(redrawn), seed, "/".join(kinds), ", ".join(redrawn))
+        for name, recipe in redrawn.items():
+            logger.debug("  %s ~ %s", name, recipe)
         return model
 
     @classmethod

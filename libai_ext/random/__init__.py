@@ -4,12 +4,16 @@
 * ``seeding``: python, numpy and OneFlow seeded per ``train.seed_scope`` before the trainer exists;
 * ``counter_rng``: layout-invariant bits, a hash of (seed, stream, counter, global position);
 * ``shard_rng``: OneFlow generators seeded per shard (the "fast" mode);
-* ``rng_state``: the per-rank generator state saved with checkpoints.
+* ``rng_state``: the per-rank generator state saved with checkpoints;
+* ``init_recipes`` / ``param_init``: initial weights from the seed and names alone.
 """
+from .init_recipes import InitRecorder, recording_init
 from .modes import DEFAULT_RANDOMNESS, RANDOMNESS_MODES, check_randomness, layer_seed, randomness, set_layer_seed
+from .param_init import build_with_seeded_init, reinitialize
 from .rng_state import RNGStateCheckpointer, capture_rng_state, cuda_device_count, preserved_rng_state, restore_rng_state
 from .seeding import SEED_SCOPES, check_seed, scoped_seed, seed_everything, seed_from_config
 
-__all__ = ["DEFAULT_RANDOMNESS", "RANDOMNESS_MODES", "SEED_SCOPES", "RNGStateCheckpointer", "capture_rng_state",
-           "check_randomness", "check_seed", "cuda_device_count", "layer_seed", "preserved_rng_state", "randomness",
-           "restore_rng_state", "scoped_seed", "seed_everything", "seed_from_config", "set_layer_seed"]
+__all__ = ["DEFAULT_RANDOMNESS", "RANDOMNESS_MODES", "SEED_SCOPES", "InitRecorder", "RNGStateCheckpointer",
+           "build_with_seeded_init", "capture_rng_state", "check_randomness", "check_seed", "cuda_device_count",
+           "layer_seed", "preserved_rng_state", "randomness", "recording_init", "reinitialize", "restore_rng_state",
+           "scoped_seed", "seed_everything", "seed_from_config", "set_layer_seed"]
