@@ -4,12 +4,15 @@
 * ``seeding``: python, numpy and OneFlow seeded per ``train.seed_scope`` before the trainer exists;
 * ``counter_rng``: layout-invariant bits, a hash of (seed, stream, counter, global position);
 * ``shard_rng``: OneFlow generators seeded per shard (the "fast" mode);
-* ``rng_state``: the per-rank generator state saved with checkpoints.
+* ``rng_state``: the per-rank generator state saved with checkpoints;
+* ``sample_keys``: the data order per (seed, epoch) and each sample's augmentation streams.
 """
 from .modes import DEFAULT_RANDOMNESS, RANDOMNESS_MODES, check_randomness, layer_seed, randomness, set_layer_seed
 from .rng_state import RNGStateCheckpointer, capture_rng_state, cuda_device_count, preserved_rng_state, restore_rng_state
+from .sample_keys import epoch_permutation, keyed_streams, preserved_streams, sample_seeds, seed_streams
 from .seeding import SEED_SCOPES, check_seed, scoped_seed, seed_everything, seed_from_config
 
 __all__ = ["DEFAULT_RANDOMNESS", "RANDOMNESS_MODES", "SEED_SCOPES", "RNGStateCheckpointer", "capture_rng_state",
-           "check_randomness", "check_seed", "cuda_device_count", "layer_seed", "preserved_rng_state", "randomness",
-           "restore_rng_state", "scoped_seed", "seed_everything", "seed_from_config", "set_layer_seed"]
+           "check_randomness", "check_seed", "cuda_device_count", "epoch_permutation", "keyed_streams",
+           "layer_seed", "preserved_rng_state", "preserved_streams", "randomness", "restore_rng_state", "sample_seeds",
+           "scoped_seed", "seed_everything", "seed_from_config", "seed_streams", "set_layer_seed"]
