@@ -18,6 +18,7 @@ from oneflow.utils.data import DataLoader
 from libai_ext import GlobalOrderBatchSampler, KeyedAugmentation
 from libai_ext.data import CIFAR100Folder, EpochBatch, ensure_digits_cifar
 from libai_ext.engine.global_loader import use_global_order, wants_global_order
+from libai_ext.engine.trainer import check_mixup_func
 from libai_ext.random import keyed_streams
 
 SIZE, MICRO = 100, 16  # an epoch: 3 global batches of 32 at dp2, 4 samples dropped
@@ -170,3 +171,12 @@ def test_stock_loader_rebuilt_around_its_dataset(digits):
     assert rebuilt.mixup_func == "mixup" and rebuilt.collate_fn is trivial_batch_collator
     other = DataLoader(digits, batch_size=8)
     assert use_global_order(other) is other
+
+
+def test_mixup_none_written_as_a_string_is_refused(digits):
+    loader = DataLoader(digits, batch_size=8)
+    loader.mixup_func = "None"  # what dataloader.train.mixup_func=None gives (Hydra spells None `null`)
+    with pytest.raises(ValueError, match=r"dataloader\.train\.mixup_func='None' .*mixup_func=null"):
+        check_mixup_func(loader)
+    loader.mixup_func = None
+    check_mixup_func(loader)

@@ -49,6 +49,18 @@ def resume_sampler_position(cfg):
         train.consumed_samples = consumed
 
 
+def check_mixup_func(loader):
+    """Refuse a ``mixup_func`` that cannot be called, naming the config key.
+
+    The tempting override ``dataloader.train.mixup_func=None`` sets the *string* "None"
+    (Hydra's grammar spells None ``null``); LiBai would only fail at the first step.
+    """
+    mixup = getattr(loader, "mixup_func", None)
+    if mixup is not None and not callable(mixup):
+        hint = " (to turn mixup off write dataloader.train.mixup_func=null)" if mixup == "None" else ""
+        raise ValueError(f"dataloader.train.mixup_func={mixup!r} is not callable{hint}")
+
+
 class ConsistentBatchTrainer(DefaultTrainer):
     """A ``DefaultTrainer`` whose batches are built on pipeline stage 0 only.
 
@@ -115,6 +127,7 @@ class ConsistentBatchTrainer(DefaultTrainer):
         global_order = wants_global_order(cfg)
         with samplers_follow_placement():
             train, valid, test = super().build_train_loader(cfg, tokenizer)
+        check_mixup_func(train)
         if global_order:
             train = use_global_order(train, try_get_key(cfg, "dataloader.train.consumed_samples", default=0))
         if try_get_key(cfg, "train.stage0_only_loading", default=True) and \
