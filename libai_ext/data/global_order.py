@@ -28,6 +28,8 @@ class EpochBatch(list):
 
 
 class GlobalOrderBatchSampler(Sampler):
+    """``CyclicSampler``'s arguments; yields this rank's ``EpochBatch`` of each global batch."""
+
     def __init__(self, dataset, micro_batch_size, shuffle=True, consumed_samples=0, data_parallel_rank=0,
                  data_parallel_size=1, seed=0):
         _check_layout(micro_batch_size, data_parallel_rank, data_parallel_size, consumed_samples)
@@ -56,24 +58,26 @@ class GlobalOrderBatchSampler(Sampler):
 
     def __iter__(self):
         epoch, offset = divmod(self.consumed_samples, self.samples_per_epoch)
-        own = slice(self.data_parallel_rank * self.micro_batch_size,
-                    (self.data_parallel_rank + 1) * self.micro_batch_size)
         while True:
             order = self.epoch_order(epoch)
-            self._prefetch(order, offset, own)
-            # A resume position inside a global batch starts at that sample, as LiBai's does.
-            for start in range(offset, self.samples_per_epoch - self.global_batch_size + 1, self.global_batch_size):
-                indices = order[start:start + self.global_batch_size][own]
+            shares = [self._share(order, start) for start in self._batch_starts(offset)]
+            if getattr(self.dataset, "supports_prefetch", False):
+                self.dataset.prefetch([i for share in shares for i in share])
+            for share in shares:
                 self.consumed_samples += self.global_batch_size
-                yield EpochBatch(indices, epoch)
-            # A tail shorter than a global batch is dropped with the rest of the epoch's.
+                yield EpochBatch(share, epoch)
+            # What of the epoch cannot fill a global batch is skipped: the next epoch starts afresh.
             self.consumed_samples = (epoch + 1) * self.samples_per_epoch
             epoch, offset = epoch + 1, 0
 
-    def _prefetch(self, order, offset, own):
-        if getattr(self.dataset, "supports_prefetch", False):
-            self.dataset.prefetch([i for start in range(offset, self.samples_per_epoch, self.global_batch_size)
-                                   for i in order[start:start + self.global_batch_size][own]])
+    def _batch_starts(self, offset):
+        # A resume position inside a global batch starts there, as CyclicSampler's does.
+        return range(offset, self.samples_per_epoch - self.global_batch_size + 1, self.global_batch_size)
+
+    def _share(self, order, start):
+        """This rank's micro batch of the global batch that starts at ``order[start]``."""
+        first = start + self.data_parallel_rank * self.micro_batch_size
+        return order[first:first + self.micro_batch_size]
 
     def __len__(self):
         return self.data_size
