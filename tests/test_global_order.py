@@ -180,3 +180,22 @@ def test_mixup_none_written_as_a_string_is_refused(digits):
         check_mixup_func(loader)
     loader.mixup_func = None
     check_mixup_func(loader)
+
+
+def test_persistent_workers_of_the_stock_loader_stop_and_the_rebuilt_loader_keeps_workers(digits):
+    """LiBai main builds its train loader with persistent workers, which OneFlow starts at once."""
+    def stock(**workers):
+        return DataLoader(digits, batch_sampler=CyclicSampler(digits, 8, shuffle=True, seed=3),
+                          collate_fn=trivial_batch_collator, **workers)
+
+    with_workers = stock(num_workers=2, persistent_workers=True)
+    started = with_workers._iterator._workers
+    assert started and all(w.is_alive() for w in started)
+    rebuilt = use_global_order(with_workers)
+    for worker in started:
+        worker.join(timeout=10)
+    assert not any(w.is_alive() for w in started), "the stock loader's workers still run"
+    assert rebuilt.num_workers == 2 and rebuilt.persistent_workers
+    reference = use_global_order(stock())
+    for a, b in zip(batches(rebuilt, 2), batches(reference, 2)):
+        assert np.array_equal(a.get("images").tensor.numpy(), b.get("images").tensor.numpy())
