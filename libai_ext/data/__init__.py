@@ -1,4 +1,5 @@
-"""Datasets for LiBai runs: CIFAR-100 from its standard folder, and a bundled digits stand-in."""
+"""Datasets for LiBai runs: CIFAR-100 from its standard folder, a bundled digits stand-in, and the
+layout-invariant train order (global-order sampler, per-sample keyed augmentation)."""
 from .cifar import CIFAR100Folder
 from .digits import (
     DIGITS_NUM_CLASSES,
@@ -8,6 +9,8 @@ from .digits import (
     stratified_split,
     upscale_digits,
 )
+from .global_order import EpochBatch, GlobalOrderBatchSampler
+from .keyed_dataset import KeyedAugmentation
 from .transforms import (
     CIFAR100_TRAIN_MEAN,
     CIFAR100_TRAIN_STD,
@@ -23,6 +26,9 @@ __all__ = [
     "DIGITS_NUM_CLASSES",
     "DIGITS_TEST_SIZE",
     "DIGITS_TRAIN_SIZE",
+    "EpochBatch",
+    "GlobalOrderBatchSampler",
+    "KeyedAugmentation",
     "build_mixup",
     "cifar_test_transform",
     "cifar_train_transform",

@@ -13,6 +13,7 @@ from ..compat.layout import placement_data_parallel_rank
 from ..layers import name_stochastic_layers
 from ..random import DEFAULT_RANDOMNESS, RNGStateCheckpointer, preserved_rng_state, recording_init, reinitialize
 from .batch import consistent_batch
+from .global_loader import use_global_order, wants_global_order
 from .resume import continue_finished_run, load_checkpoint_or_weights
 from .stage0_loading import Stage0Batch, Stage0OnlyLoader
 
@@ -49,6 +50,18 @@ def resume_sampler_position(cfg):
         train.consumed_samples = consumed
 
 
+def check_mixup_func(loader):
+    """Refuse a ``mixup_func`` that cannot be called, naming the config key.
+
+    The tempting override ``dataloader.train.mixup_func=None`` sets the *string* "None"
+    (Hydra's grammar spells None ``null``); LiBai would only fail at the first step.
+    """
+    mixup = getattr(loader, "mixup_func", None)
+    if mixup is not None and not callable(mixup):
+        hint = " (to turn mixup off write dataloader.train.mixup_func=null)" if mixup == "None" else ""
+        raise ValueError(f"dataloader.train.mixup_func={mixup!r} is not callable{hint}")
+
+
 class ConsistentBatchTrainer(DefaultTrainer):
     """A ``DefaultTrainer`` whose batches are built on pipeline stage 0 only.
 
@@ -60,6 +73,10 @@ class ConsistentBatchTrainer(DefaultTrainer):
 
     Stage-0-only loading (``train.stage0_only_loading``, on by default): under pipeline
     parallelism, ranks outside stage 0 neither read nor augment training samples.
+
+    Data order (``train.randomness="layout_invariant"``, the default, and no sampler of the
+    config's own): the global batch of each step is the same samples, augmented the same way,
+    on any data-parallel layout (``global_loader``); ``"fast"`` keeps LiBai's sampler.
 
     Randomness: checkpoints also hold every rank's python/numpy/OneFlow state, so
     ``--resume`` continues the exact random streams; evaluation runs inside a saved and
@@ -130,8 +147,12 @@ class ConsistentBatchTrainer(DefaultTrainer):
     @classmethod
     def build_train_loader(cls, cfg, tokenizer=None):
         resume_sampler_position(cfg)
+        global_order = wants_global_order(cfg)
         with samplers_follow_placement():
             train, valid, test = super().build_train_loader(cfg, tokenizer)
+        check_mixup_func(train)
+        if global_order:
+            train = use_global_order(train, try_get_key(cfg, "dataloader.train.consumed_samples", default=0))
         if try_get_key(cfg, "train.stage0_only_loading", default=True) and \
                 dist.get_dist_util().pipeline_parallel_size > 1:
             train = Stage0OnlyLoader(train)

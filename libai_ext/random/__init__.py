@@ -6,14 +6,17 @@
 * ``shard_rng``: OneFlow generators seeded per shard (the "fast" mode);
 * ``rng_state``: the per-rank generator state saved with checkpoints;
 * ``init_recipes`` / ``param_init``: initial weights from the seed and names alone.
+* ``sample_keys``: the data order per (seed, epoch) and each sample's augmentation streams.
 """
 from .init_recipes import InitRecorder, recording_init
 from .modes import DEFAULT_RANDOMNESS, RANDOMNESS_MODES, check_randomness, layer_seed, randomness, set_layer_seed
 from .param_init import build_with_seeded_init, reinitialize
 from .rng_state import RNGStateCheckpointer, capture_rng_state, cuda_device_count, preserved_rng_state, restore_rng_state
+from .sample_keys import epoch_permutation, keyed_streams, preserved_streams, sample_seeds, seed_streams
 from .seeding import SEED_SCOPES, check_seed, scoped_seed, seed_everything, seed_from_config
 
 __all__ = ["DEFAULT_RANDOMNESS", "RANDOMNESS_MODES", "SEED_SCOPES", "InitRecorder", "RNGStateCheckpointer",
            "build_with_seeded_init", "capture_rng_state", "check_randomness", "check_seed", "cuda_device_count",
-           "layer_seed", "preserved_rng_state", "randomness", "recording_init", "reinitialize", "restore_rng_state",
-           "scoped_seed", "seed_everything", "seed_from_config", "set_layer_seed"]
+           "epoch_permutation", "keyed_streams", "layer_seed", "preserved_rng_state", "preserved_streams", "randomness",
+           "recording_init", "reinitialize", "restore_rng_state", "sample_seeds", "scoped_seed", "seed_everything",
+           "seed_from_config", "seed_streams", "set_layer_seed"]

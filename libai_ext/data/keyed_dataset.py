@@ -1,0 +1,44 @@
+"""Any map-style dataset whose random augmentation is keyed by (seed, epoch, sample index).
+
+``KeyedAugmentation(dataset, seed)[batch]``, for an ``EpochBatch`` (what
+``GlobalOrderBatchSampler`` yields), is ``[dataset[i] for i in batch]`` with each sample read
+right after ``seed_streams(seed, batch.epoch, i)``: the dataset's own transforms (flowvision's or
+the user's, drawing from python ``random``, numpy's global stream or OneFlow's CPU generator)
+draw the same numbers for that sample on any rank, in any worker, at any position of any
+batch, and a new epoch draws new ones.  The caller's streams are put back after the batch.
+
+Whole batches, not single samples, because OneFlow's generator state costs milliseconds to
+save and restore.  So the loader takes the sampler as ``sampler`` with ``batch_size=None``
+(each of its items is a batch); with ``num_workers > 0`` the epoch travels with the batch.
+"""
+from oneflow.utils.data import Dataset
+
+from ..random.sample_keys import preserved_streams, seed_streams
+
+
+class KeyedAugmentation(Dataset):
+    def __init__(self, dataset, seed):
+        self.dataset = dataset
+        self.seed = int(seed)
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, batch):
+        epoch = getattr(batch, "epoch", None)
+        if epoch is None:
+            raise TypeError(f"KeyedAugmentation reads whole batches that know their epoch (an EpochBatch, as "
+                            f"GlobalOrderBatchSampler yields them), not {batch!r}")
+        samples = []
+        with preserved_streams():
+            for index in batch:
+                seed_streams(self.seed, epoch, index)
+                samples.append(self.dataset[index])
+        return samples
+
+    def __getattr__(self, name):
+        # Code that reads attributes of the loader's dataset (e.g. ``classes``) still finds them.
+        # Not "dataset" itself: a half-built copy (unpickled in a spawned worker) must not recurse.
+        if name == "dataset":
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
