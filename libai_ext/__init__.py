@@ -4,9 +4,9 @@ Swap the trainer in a LiBai config (``train.trainer = "libai_ext.ConsistentBatch
 and launch ``tools/train_net.py`` with ``python -m oneflow.distributed.launch``.
 """
 from .compat import apply_cpu_patches, apply_patches
-from .engine import ConsistentBatchTrainer, seed_everything, seed_from_config
+from .engine import ConsistentBatchTrainer, GlobalMixup, mixup_step, seed_everything, seed_from_config
 from .layers import DropPath, Dropout
 
 __version__ = "0.1.0"
-__all__ = ["ConsistentBatchTrainer", "DropPath", "Dropout", "apply_cpu_patches", "apply_patches", "seed_everything",
-           "seed_from_config"]
+__all__ = ["ConsistentBatchTrainer", "DropPath", "Dropout", "GlobalMixup", "apply_cpu_patches", "apply_patches",
+           "mixup_step", "seed_everything", "seed_from_config"]
