@@ -206,3 +206,39 @@ def test_batch_guard_leaves_the_global_mixup_to_get_batch():
     for name in ("images", "labels"):
         assert np.array_equal(guarded[name].to_local().numpy(), plain[name].to_local().numpy())
     assert guarded["labels"].shape == (BATCH, CLASSES)
+
+
+class OneBatchLoop:
+    """Stands in for LiBai's EagerTrainer: each run_step takes the batch, calls get_batch as the line does."""
+
+    def __init__(self, mixup):
+        self.mixup, self.targets = mixup, []
+
+    def run_step(self, get_batch, *input_placement_device):  # main also passes the device
+        out = get_batch(instance(*synthetic_batch()), *input_placement_device, self.mixup)
+        self.targets.append(out["labels"].to_local().numpy())
+
+
+def run_iterations(iterations, mode, numpy_seed):
+    """ConsistentBatchTrainer.run_step at ``iterations``, numpy's stream seeded ``numpy_seed`` first."""
+    trainer = object.__new__(ConsistentBatchTrainer)  # run_step needs only these
+    trainer._trainer = OneBatchLoop(recipe(cutmix_alpha=0.0, label_smoothing=0.0))
+    trainer.cfg = DictConfig({"train": {"input_placement_device": "cpu"}})
+    np.random.seed(numpy_seed)
+    with randomness(mode):
+        for trainer.iter in iterations:
+            trainer.run_step()
+    return trainer._trainer.targets
+
+
+@pytest.mark.parametrize("mode", ["layout_invariant", "fast"])
+def test_resumed_run_draws_the_same_lambda_at_the_same_step(mode):
+    """A run resumed at iteration 2 (its host streams elsewhere, as stock LiBai leaves them) mixes
+    iterations 2 and 3 as the uninterrupted run did in layout_invariant mode; the local mixup's
+    numpy draws do not (libai_ext restores numpy on resume; stock LiBai does not)."""
+    uninterrupted = run_iterations(range(4), mode, numpy_seed=0)
+    resumed = run_iterations(range(2, 4), mode, numpy_seed=1)
+    lams = [targets[0].max() for targets in uninterrupted]  # no smoothing: sample 0's own share, or 1 - it
+    assert len(set(lams)) == 4  # every step its own λ
+    same = all(np.array_equal(a, b) for a, b in zip(uninterrupted[2:], resumed))
+    assert same == (mode == "layout_invariant")
