@@ -51,12 +51,24 @@ def swap(x, y):
     return x + 1, y
 
 
+@pytest.fixture
+def local_mixup():
+    """The argument-passing tests use ``swap``, not a flowvision Mixup: the "fast" mode's local mixup
+    takes any callable (the default mode refuses it, tests/test_global_mixup.py)."""
+    from libai_ext.random import modes
+
+    saved = modes.layer_seed(), modes.randomness()
+    modes.set_layer_seed(0, "fast")
+    yield
+    modes.set_layer_seed(*saved)
+
+
 def labelled():
     return Instance(images=DistTensorData(flow.zeros(2, 3), placement_idx=0),
                     labels=DistTensorData(flow.zeros(2), placement_idx=-1))
 
 
-def test_get_batch_takes_the_installed_lines_calling_convention():
+def test_get_batch_takes_the_installed_lines_calling_convention(local_mixup):
     from libai_ext.compat import libai_line, libai_main
 
     if libai_line() is libai_main:
@@ -75,7 +87,7 @@ def test_get_batch_takes_the_installed_lines_calling_convention():
     assert out["images"].to_local().numpy().min() == 1.0
 
 
-def test_batch_guard_passes_the_installed_convention_through():
+def test_batch_guard_passes_the_installed_convention_through(local_mixup):
     """The guard's wrapper hands get_batch the same arguments the trainer gave it (one rank)."""
     from libai_ext.compat.get_batch_api import call_get_batch
     from libai_ext.engine.batch_check import install_batch_check

@@ -20,6 +20,8 @@ from libai_ext.compat import apply_patches, fill_missing_config_keys
 from libai_ext.compat.get_batch_api import call_get_batch
 from libai_ext.engine.batch import check_fields
 from libai_ext.engine.batch_check import all_gather_local, mixed_copy, source_ranks
+from libai_ext.engine.global_mixup import split_mixup
+from libai_ext.engine.trainer import ConsistentBatchTrainer
 from libai_ext.engine.launch import check_config, exit_on_error, load_config
 from libai_ext.random import seed_from_config
 
@@ -53,8 +55,11 @@ def check(cfg, trainer_cls, num_batches):
     groups = source_ranks(trainer_cls)
     report = {}
     batches = iter(loader)
+    mixup_func = getattr(loader, "mixup_func", None)
+    if issubclass(trainer_cls, ConsistentBatchTrainer):  # a global mixup runs after the ranks' batches meet
+        mixup_func = split_mixup(mixup_func)[0]
     for _ in range(num_batches):
-        data = mixed_copy(next(batches), getattr(loader, "mixup_func", None))
+        data = mixed_copy(next(batches), mixup_func)
         for name, field in sorted(check_fields(data).items()):
             bad, diff = compare_field(all_gather_local(field.tensor), groups)
             row = report.setdefault(name, {"placement_idx": field.placement_idx, "bad": set(), "diff": 0.0})

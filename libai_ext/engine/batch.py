@@ -10,12 +10,17 @@ every other field costs one stage-to-stage transfer.
 ``device_type`` is LiBai main's ``train.input_placement_device`` (``None`` on 0.1.1: the
 layout's device): as in main's stock ``get_batch``, mixup runs on that device and every
 field's placement is of that device kind.
+
+Mixup: in ``train.randomness="layout_invariant"`` (the default) it mixes the global stage-0
+batch (``global_mixup``: partners and λ independent of the data-parallel split); in
+``"fast"`` it mixes each rank's local batch, as stock LiBai does.
 """
 import oneflow as flow
 from libai.data.structures import DistTensorData
 from libai.utils import distributed as dist
 
 from ..compat import layout
+from .global_mixup import split_mixup
 
 
 def nd_sbp_from_names(sbp_list, field_name):
@@ -58,27 +63,52 @@ def check_fields(data):
     return fields
 
 
-def field_to_global_via_stage0(tensor, field, name, device_type=None):
-    """Make ``tensor`` global on stage 0 with the field's sbp, then move it to the field's stage."""
+def field_to_stage0(tensor, field, name, device_type=None):
+    """``tensor`` global on stage 0 with the field's sbp (its target checked first)."""
+    placement_of(field.placement_idx, name, device_type)
+    sbp = nd_sbp_from_names(field.sbp_list, name)
+    return tensor.to_global(sbp=sbp, placement=layout.layer_placement(0, device_type))
+
+
+def stage0_to_field_stage(tensor, field, name, device_type=None):
+    """A stage-0 global ``tensor`` with the field's sbp, moved to the field's stage."""
     sbp = nd_sbp_from_names(field.sbp_list, name)
     target = placement_of(field.placement_idx, name, device_type)
-    stage0 = layout.layer_placement(0, device_type)
-    tensor = tensor.to_global(sbp=sbp, placement=stage0)
-    if target != stage0:
+    tensor = tensor.to_global(sbp=sbp, placement=tensor.placement)
+    if target != tensor.placement:
         tensor = tensor.to_global(sbp=sbp, placement=target)
     return tensor
 
 
+def field_to_global_via_stage0(tensor, field, name, device_type=None):
+    """Make ``tensor`` global on stage 0 with the field's sbp, then move it to the field's stage."""
+    return stage0_to_field_stage(field_to_stage0(tensor, field, name, device_type), field, name, device_type)
+
+
+def fields_to_global(tensors, fields, global_mixup=None, device_type=None):
+    """Every local field global on stage 0, mixed there by ``global_mixup`` if any, then on its stage."""
+    if global_mixup is None:
+        return {name: field_to_global_via_stage0(tensors[name], fields[name], name, device_type) for name in fields}
+    stage0 = {name: field_to_stage0(tensors[name], fields[name], name, device_type) for name in fields}
+    stage0["images"], stage0["labels"] = global_mixup(stage0["images"], stage0["labels"])
+    return {name: stage0_to_field_stage(stage0[name], fields[name], name, device_type) for name in fields}
+
+
+def check_mixup_fields(names, mixup_func):
+    """LiBai's convention: mixup rewrites ``images`` and ``labels`` together."""
+    missing = [k for k in ("images", "labels") if k not in names]
+    if mixup_func is not None and missing:
+        raise KeyError(f"mixup_func is set but the batch has no field {missing[0]!r} (fields: {sorted(names)})")
+
+
 def apply_mixup(tensors, mixup_func, device_type=None):
-    """LiBai's convention: mixup rewrites ``images`` and ``labels`` together (local tensors).
+    """Local mixup of ``images`` and ``labels`` (stock LiBai's; the "fast" mode's).
 
     With a ``device_type`` (LiBai main) they are moved there first, as main's stock does.
     """
     if mixup_func is None:
         return tensors
-    missing = [k for k in ("images", "labels") if k not in tensors]
-    if missing:
-        raise KeyError(f"mixup_func is set but the batch has no field {missing[0]!r} (fields: {sorted(tensors)})")
+    check_mixup_fields(tensors, mixup_func)
     tensors = dict(tensors)
     images, labels = tensors["images"], tensors["labels"]
     if device_type is not None:
@@ -97,5 +127,7 @@ def consistent_batch(data, mixup_func=None, device_type=None):
     """The body of ``ConsistentBatchTrainer.get_batch``; leaves ``data`` unaltered."""
     reraise_worker_error(data)
     fields = check_fields(data)
-    tensors = apply_mixup({name: field.tensor for name, field in fields.items()}, mixup_func, device_type)
-    return {name: field_to_global_via_stage0(tensors[name], fields[name], name, device_type) for name in fields}
+    check_mixup_fields(fields, mixup_func)
+    local_mixup, global_mixup = split_mixup(mixup_func)
+    tensors = apply_mixup({name: field.tensor for name, field in fields.items()}, local_mixup, device_type)
+    return fields_to_global(tensors, fields, global_mixup, device_type)

@@ -27,6 +27,7 @@ from libai.utils import distributed as dist
 
 from ..compat import get_batch_api, libai_line
 from .batch import apply_mixup, check_fields, reraise_worker_error
+from .global_mixup import split_mixup
 from .stage0_loading import Stage0Batch
 from ..compat.layout import rank_coordinates
 from .trainer import ConsistentBatchTrainer
@@ -143,6 +144,7 @@ def install_batch_check(trainer, mode):
         return
     original = trainer.get_batch
     trainer_cls = type(trainer)
+    from_stage0 = issubclass(trainer_cls, ConsistentBatchTrainer)
 
     def guarded_get_batch(data, *args, **kwargs):
         # The installed LiBai's calling convention: (data, mixup_func) or (data, device, mixup_func).
@@ -154,8 +156,10 @@ def install_batch_check(trainer, mode):
                 guarded_get_batch.checked = True
             return original(data, *get_batch_api.call_arguments(device_type, mixup_func))
         if mode == "every" or not guarded_get_batch.checked:
-            data = mixed_copy(data, mixup_func, device_type)
-            mixup_func = None
+            # A global mixup runs after the batch is global: check the local batches it starts from.
+            local_mixup, global_mixup = split_mixup(mixup_func) if from_stage0 else (mixup_func, None)
+            data = mixed_copy(data, local_mixup, device_type)
+            mixup_func = None if global_mixup is None else mixup_func
             check_batch(data, trainer_cls, trainer.iter)
             guarded_get_batch.checked = True
             logger.info(f"batch check passed at iteration {trainer.iter}")

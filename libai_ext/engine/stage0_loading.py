@@ -3,9 +3,10 @@
 With ``ConsistentBatchTrainer`` every field's data comes from stage 0, so the samples
 other stages read and augment are thrown away.  ``Stage0OnlyLoader`` replaces their
 loader: it yields placeholders, never touching the dataset.  At the first step stage 0
-broadcasts each field's post-mixup layout (name, shape, dtype, device, sbp, placement_idx)
+broadcasts each field's layout after any local mixup (name, shape, dtype, device, sbp, placement_idx)
 once; afterwards the other ranks hand uninitialised tensors of that layout, on the device
-stage 0's tensors had, to ``to_global``, which drops them.  Stage 0 itself is untouched,
+stage 0's tensors had, to ``to_global``, which drops them (a global mixup, which mixes after
+that, runs on every rank: the layout is then the pre-mixup one).  Stage 0 itself is untouched,
 so the batches are bit-identical to the default path.  Batch shapes must not change
 between steps (LiBai's training samplers always yield full micro-batches); the
 evaluation loaders keep the default path.
@@ -17,7 +18,8 @@ import oneflow as flow
 from libai.data.structures import DistTensorData
 from libai.utils import distributed as dist
 
-from .batch import apply_mixup, check_fields, field_to_global_via_stage0, reraise_worker_error
+from .batch import apply_mixup, check_fields, check_mixup_fields, fields_to_global, reraise_worker_error
+from .global_mixup import split_mixup
 
 _LAYOUT_BYTES = 8192
 
@@ -53,7 +55,9 @@ class Stage0OnlyLoader:
         self.loader = loader
         self.dataset = loader.dataset  # LiBai sizes epochs from len(dataset)
         self.reads_data = on_stage0()
-        self.mixup_func = getattr(loader, "mixup_func", None) if self.reads_data else None
+        # Every rank keeps it: the trainer passes it back to get_batch, where a global mixup
+        # needs it on every rank (a local one is applied where data is read only).
+        self.mixup_func = getattr(loader, "mixup_func", None)
         self.layout = None
 
     def __len__(self):
@@ -65,10 +69,12 @@ class Stage0OnlyLoader:
         return iter(lambda: Stage0Batch(None, self), None)  # endless placeholders
 
     def global_batch(self, item, mixup_func, device_type=None):
+        local_mixup, global_mixup = split_mixup(mixup_func)
         if self.reads_data:
             reraise_worker_error(item.batch)
             fields = check_fields(item.batch)
-            tensors = apply_mixup({name: field.tensor for name, field in fields.items()}, mixup_func, device_type)
+            check_mixup_fields(fields, mixup_func)
+            tensors = apply_mixup({name: field.tensor for name, field in fields.items()}, local_mixup, device_type)
             layout = {name: field_layout(tensors[name], field) for name, field in fields.items()}
             if self.layout is not None and layout != self.layout:
                 raise ValueError("stage-0-only loading needs fixed batch shapes; set "
@@ -79,8 +85,7 @@ class Stage0OnlyLoader:
             fields = {name: DistTensorData(None, sbp_list=spec["sbp_list"], placement_idx=spec["placement_idx"])
                       for name, spec in self.layout.items()}
             tensors = {name: placeholder(spec) for name, spec in self.layout.items()}
-        return {name: field_to_global_via_stage0(tensors[name], fields[name], name, device_type)
-                for name in fields}
+        return fields_to_global(tensors, fields, global_mixup, device_type)
 
 
 def field_layout(tensor, field):

@@ -14,6 +14,7 @@ from ..layers import name_stochastic_layers
 from ..random import DEFAULT_RANDOMNESS, RNGStateCheckpointer, preserved_rng_state, recording_init, reinitialize
 from .batch import consistent_batch
 from .global_loader import use_global_order, wants_global_order
+from .global_mixup import mixup_step
 from .resume import continue_finished_run, load_checkpoint_or_weights
 from .stage0_loading import Stage0Batch, Stage0OnlyLoader
 
@@ -89,6 +90,10 @@ class ConsistentBatchTrainer(DefaultTrainer):
     1 rank and on any (dp, tp, pp) layout.  ``train.load_weight`` is loaded whenever training does not resume
     (LiBai 0.1.1 ignores it without ``--resume``).  ``--resume`` with a larger
     ``train.train_iter`` continues a finished run (``last_checkpoint`` = ``model_final``).
+
+    Mixup (``train.randomness="layout_invariant"``): applied to the global stage-0 batch, λ
+    and the cutmix box keyed by (``train.seed``, iteration), so neither the data-parallel
+    split nor a resume changes who is mixed with whom, or how much.
     """
 
     def __init__(self, cfg):
@@ -100,6 +105,11 @@ class ConsistentBatchTrainer(DefaultTrainer):
         if not isinstance(self.checkpointer, RNGStateCheckpointer):
             self.checkpointer = RNGStateCheckpointer.wrapping(self.checkpointer)
         load_checkpoint_or_weights(self, resume)
+
+    def run_step(self):
+        # get_batch is a classmethod LiBai calls without the iteration: hand it over here.
+        with mixup_step(self.iter):
+            super().run_step()
 
     @classmethod
     def build_model(cls, cfg):

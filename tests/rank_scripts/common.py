@@ -67,9 +67,11 @@ def image_loader_config(dataset, micro_batch, mixup_func=None, **train):
     return cfg
 
 
-def get_batch(trainer, data, mixup_func=None):
-    """``trainer.get_batch`` as the installed LiBai line's trainers call it."""
-    return call_get_batch(trainer.get_batch, data, mixup_func)
+def get_batch(trainer, data, mixup_func=None, step=0):
+    """``trainer.get_batch`` as the installed LiBai line's trainers call it, at training step ``step``
+    (which keys the layout_invariant mode's global mixup, as ``ConsistentBatchTrainer.run_step`` does)."""
+    with libai_ext.mixup_step(step):
+        return call_get_batch(trainer.get_batch, data, mixup_func)
 
 
 def run_or_die(main):

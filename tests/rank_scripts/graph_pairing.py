@@ -19,6 +19,7 @@ from libai.utils.events import EventStorage
 from oneflow import nn
 
 from common import layout_parser, run_or_die, setup_layout
+from libai_ext import mixup_step
 from libai_ext.compat.get_batch_api import run_step_arguments
 from libai_ext.engine.graph import GraphBase, graph_module_settings
 from libai_ext.testing import write_rank_result
@@ -93,7 +94,8 @@ def main():
         for name, (trainer_cls, shard) in TRAINERS.items():
             loader = OneBatchLoader(local_batch(shard(), args.dp, with_aux=False), mixup if use_mixup else None)
             with EventStorage(0) as storage:
-                GraphTrainer(graph, loader).run_step(trainer_cls.get_batch, *run_step_arguments())
+                with mixup_step(0):  # what ConsistentBatchTrainer.run_step sets around LiBai's run_step
+                    GraphTrainer(graph, loader).run_step(trainer_cls.get_batch, *run_step_arguments())
                 if rank == 0:
                     write_rank_result(
                         trainer=name, mixup=use_mixup,

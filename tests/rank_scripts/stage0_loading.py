@@ -9,7 +9,7 @@ import hashlib
 from libai.config import LazyCall
 
 from common import image_loader_config, on_stage0, replicated_on_stage0, setup_layout_and_digits
-from libai_ext import ConsistentBatchTrainer, seed_everything
+from libai_ext import ConsistentBatchTrainer, mixup_step, seed_everything
 from libai_ext.compat.get_batch_api import call_get_batch
 from libai_ext.data import CIFAR100Folder, build_mixup, cifar_train_transform
 from libai_ext.testing import write_rank_result
@@ -33,8 +33,9 @@ def config(data_root, stage0_only):
 
 def digests(loader):
     out, batches = [], iter(loader)
-    for _ in range(STEPS):
-        batch = call_get_batch(ConsistentBatchTrainer.get_batch, next(batches), loader.mixup_func)
+    for step in range(STEPS):
+        with mixup_step(step):
+            batch = call_get_batch(ConsistentBatchTrainer.get_batch, next(batches), loader.mixup_func)
         gathered = {k: replicated_on_stage0(v) for k, v in sorted(batch.items())}
         if on_stage0():
             out.append({k: hashlib.sha256(v.numpy().tobytes()).hexdigest() for k, v in gathered.items()})
