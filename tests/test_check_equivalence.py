@@ -1,13 +1,20 @@
 """tools/check_equivalence.py flags layouts that change the training and names where they part.
 
 Real runs of configs/demo_pipeline_cpu.py (real digits, random crop, mixup/cutmix) on 1 rank
-vs pp2, 2 iterations each, ``train.seed_scope=rank`` (each rank its own stream, as in stock LiBai):
+vs other layouts, 2 iterations each, ``train.seed_scope=rank`` (each rank its own stream, as in
+stock LiBai):
 
 * stock LiBai on pp2: labels come from stage 1's mixup -> flagged at ``batch.labels``;
-* the plugin on pp2: every field from stage 0 -> passes;
+* stock LiBai on dp2 x pp2: other samples (LiBai's sampler buckets, per-rank augmentation) ->
+  flagged at ``batch.images``;
+* stock LiBai on tp2 from the seed alone: OneFlow's init of a split weight depends on the layout
+  -> flagged at the first column-parallel Linear (``blocks.0.channel_mix.fc1``);
 * a dropout seeded per rank (tests/configs/demo_rank_local_dropout.py) -> flagged at the
-  first dropout on stage 1.
+  first dropout on stage 1;
+* the plugin on pp2 (exact) and dp2 x pp2 (within 1e-4) -> passes.
 """
+import contextlib
+import io
 import os
 import re
 
@@ -27,8 +34,9 @@ def data(tmp_path_factory):
     return tmp_path_factory.mktemp("digits")
 
 
-def check(tmp_path, capsys, data, config, layouts, *opts):
+def check(tmp_path, capsys, data, config, layouts, *opts, rtol=1e-5):
     argv = ["--config-file", os.path.join(ROOT, config), "--layouts", *layouts, "--iters", str(ITERS),
+            "--rtol", str(rtol),
             "--timeout", "400", "--workdir", str(tmp_path), "train.seed_scope=rank",
             f"dataloader.train.dataset.0.root.root={data}", *opts]
     status = tool.main(argv)
@@ -38,17 +46,51 @@ def check(tmp_path, capsys, data, config, layouts, *opts):
     return status, rows, out
 
 
-def test_stock_pipeline_with_mixup_is_flagged_at_the_labels(tmp_path, capsys, data):
-    status, (row,), out = check(tmp_path, capsys, data, "configs/demo_pipeline_cpu.py", ["1", "pp2"], STOCK)
-    assert status == 1, out
+@pytest.fixture(scope="module")
+def stock(tmp_path_factory, data):
+    """One stock run of every layout against one 1-rank reference: ``{layout: table row}``."""
+    layouts = ["1", "pp2", "dp2xpp2", "tp2"]
+    argv = ["--config-file", os.path.join(ROOT, "configs/demo_pipeline_cpu.py"), "--layouts", *layouts,
+            "--iters", str(ITERS), "--timeout", "400", "--workdir", str(tmp_path_factory.mktemp("stock")),
+            "train.seed_scope=rank", f"dataloader.train.dataset.0.root.root={data}", STOCK]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = tool.main(argv)
+    rows = {line.split("|")[1].strip(): line for line in out.getvalue().splitlines()
+            if line.startswith("| ") and not line.startswith("| layout")}
+    assert sorted(rows) == sorted(layouts[1:]), out.getvalue()
+    assert status == 1, out.getvalue()
+    return rows
+
+
+def test_stock_pipeline_with_mixup_is_flagged_at_the_labels(stock):
+    row = stock["pp2"]
     assert "| pp2 | 2 |" in row and "| 0 |" in row, row
     assert "iteration 0, forward: batch.labels differs" in row, row
+
+
+def test_stock_data_x_pipeline_is_flagged_at_the_images(stock):
+    row = stock["dp2xpp2"]
+    assert "| dp2xpp2 | 4 |" in row and "| 0 |" in row, row
+    assert "iteration 0, forward: batch.images differs" in row, row
+
+
+def test_stock_tensor_parallel_init_is_named(stock):
+    row = stock["tp2"]
+    assert "| tp2 | 2 |" in row and "| 0 |" in row, row
+    assert "iteration 0, forward: blocks.0.channel_mix.fc1:out differs" in row, row
 
 
 def test_plugin_pipeline_matches_one_rank(tmp_path, capsys, data):
     status, (row,), out = check(tmp_path, capsys, data, "configs/demo_pipeline_cpu.py", ["1", "pp2"])
     assert status == 0, out
     assert row.startswith("| pp2 | 2 | 0 | - |"), row
+
+
+def test_plugin_data_x_pipeline_matches_one_rank(tmp_path, capsys, data):
+    status, (row,), out = check(tmp_path, capsys, data, "configs/demo_pipeline_cpu.py", ["1", "dp2xpp2"], rtol=1e-4)
+    assert status == 0, out
+    assert row.startswith("| dp2xpp2 | 4 |") and "| - |" in row, row
 
 
 def test_dropout_seeded_per_rank_is_named(tmp_path, capsys, data):
