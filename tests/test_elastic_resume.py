@@ -1,9 +1,10 @@
 """A checkpoint saved under one layout resumes under another and continues the uninterrupted run.
 
 ``train.randomness="layout_invariant"``: the random state a resume needs is layout-free
-(dropout counters travel with the model, the sampler position is ``consumed_samples``, and
-every rank takes rank 0's python/numpy/OneFlow streams, which ``train.seed_scope="global"``
-keeps equal on every rank).  Real digits, random crop, mixup/cutmix, dropout, attention
+(dropout counters travel with the model, the global-order sampler resumes from ``consumed_samples``,
+augmentation is keyed by (seed, epoch, sample) and mixup by (seed, iteration); every rank takes rank
+0's python/numpy/OneFlow streams for whatever user code still draws from them).  The global batch
+is 32 on every layout (16 per data-parallel rank).  Real digits, random crop, mixup/cutmix, dropout, attention
 dropout and drop-path on (configs/swin_digits_cpu.py).  The uninterrupted run and the
 resumed one are compared iteration by iteration after the checkpoint.
 
@@ -19,7 +20,8 @@ from libai_ext.testing import launch, raw_losses_by_run, read_raw_losses
 
 K = 2
 RTOL = 1e-5
-LAYOUTS = {"1": (1, 1, 1), "tp2": (1, 2, 1), "pp2": (1, 1, 2), "tp2xpp2": (1, 2, 2)}
+LAYOUTS = {"1": (1, 1, 1), "tp2": (1, 2, 1), "tp2xpp2": (1, 2, 2), "dp2xtp2xpp2": (2, 2, 2)}
+GLOBAL_BATCH = 32
 STOCHASTIC = ["model.drop_rate=0.1", "model.attn_drop_rate=0.1", "model.drop_path_rate=0.2"]
 PLUGIN, STOCK = "libai_ext.ConsistentBatchTrainer", "libai.engine.DefaultTrainer"
 
@@ -30,7 +32,7 @@ def train(repo_root, output, data, layout, trainer, *flags):
             f"train.trainer={trainer}", f"train.output_dir={output}", f"dataloader.train.dataset.0.root.root={data}",
             f"train.train_iter={2 * K}", f"train.checkpointer.period={K}", "train.evaluation.enabled=False",
             "train.log_period=1", f"train.dist.data_parallel_size={dp}", f"train.dist.tensor_parallel_size={tp}",
-            f"train.dist.pipeline_parallel_size={pp}"]
+            f"train.dist.pipeline_parallel_size={pp}", f"train.train_micro_batch_size={GLOBAL_BATCH // dp}"]
     launch(os.path.join(repo_root, "tools", "train_net.py"), dp * tp * pp, args, timeout=600,
            workdir=f"{output}-logs-{layout}-{len(flags)}")
 
@@ -58,7 +60,7 @@ def tmp(tmp_path_factory):
     return tmp_path_factory.mktemp("elastic")
 
 
-@pytest.mark.parametrize("saved_under, resumed_under", [("tp2xpp2", "1"), ("1", "tp2")])
+@pytest.mark.parametrize("saved_under, resumed_under", [("dp2xtp2xpp2", "1"), ("1", "tp2xpp2")])
 def test_plugin_resumes_under_another_layout(repo_root, tmp, saved_under, resumed_under):
     full, tail = resume_elsewhere(repo_root, tmp, tmp / "digits", saved_under, resumed_under, PLUGIN)
     assert max(relative_differences(full, tail)) <= RTOL, (full, tail)

@@ -200,11 +200,12 @@ def parse_args(argv):
     parser.add_argument("--global-batch", type=int, default=0, help="default: the config's micro batch x dp")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per layout run")
     parser.add_argument("--workdir", default="", help="where runs are written (default: a new temp folder)")
-    parser.add_argument("opts", nargs=argparse.REMAINDER, help="key=value overrides for every layout")
-    args = parser.parse_args(argv)
-    # key=value overrides written right after the layouts land in --layouts: move them back.
-    args.opts = [a for a in args.layouts if "=" in a] + args.opts
-    args.layouts = [a for a in args.layouts if "=" not in a]
+    parser.add_argument("opts", nargs="*", metavar="key=value", help="overrides for every layout")
+    # Overrides may come anywhere, before or after options: they are the words with a '=' that
+    # are not options themselves.
+    overrides = [a for a in argv if "=" in a and not a.startswith("-")]
+    args = parser.parse_args([a for a in argv if a not in overrides])
+    args.opts = overrides
     if args.iters < 1:
         parser.error("--iters must be at least 1")
     if not os.path.isfile(args.config_file):
