@@ -22,6 +22,8 @@ import sys
 import tempfile
 import time
 
+from report import publish  # benchmarks/report.py (scripts run from benchmarks/)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 GLOBAL_BATCH = 32
@@ -109,10 +111,7 @@ def main():
     parser.add_argument("--out", help="also write the table here (markdown)")
     args = parser.parse_args()
     text = report(measure(args.batches, args.data), args)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    publish(text, args.out)
 
 
 if __name__ == "__main__":

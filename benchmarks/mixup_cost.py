@@ -17,6 +17,8 @@ import statistics
 import sys
 import time
 
+from report import publish  # benchmarks/report.py (scripts run from benchmarks/)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = ("none", "local", "global")
 
@@ -109,10 +111,7 @@ def main():
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="mixup-cost-")
     sys.path.insert(0, ROOT)
     text = table({ranks: measure(ranks, args) for ranks in args.ranks}, args)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    publish(text, args.out)
 
 
 if __name__ == "__main__":

@@ -69,7 +69,7 @@ def measure(config, repeats):
         names, seconds = timed(lambda: reinitialize(model, recorder, cfg.train.seed))
         times["re-draw"].append(seconds)
         redrawn = len(names)
-        del model, recorder
+        model = recorder = None  # free both before the next repeat
     return parameters, redrawn, {key: statistics.median(values) for key, values in times.items()}
 
 

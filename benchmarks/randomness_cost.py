@@ -22,6 +22,8 @@ import sys
 import tempfile
 import time
 
+from report import publish  # benchmarks/report.py (scripts run from benchmarks/)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPES = [(32, 64, 192), (32, 4, 64, 64), (8, 197, 768)]
 IMPLS = ("flow", "fast", "layout_invariant")
@@ -143,10 +145,7 @@ def main():
                        f"median after {args.step_warmup}, variants interleaved x {args.repeats}", "",
                    step_table(steps, args.step_warmup)]
     text = "\n".join(report) + "\n"
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    publish(text, args.out)
 
 
 if __name__ == "__main__":
