@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/trainer_overhead.py [--iters 60] [--repeats 2] [--ranks 2 4 8]
 
 Trains the demo model (configs/demo_pipeline_cpu.py, augmentation and mixup on, no
-evaluation) on 2 ranks (pp2), 4 ranks (dp2 x pp2) and 8 ranks (dp2 x tp2 x pp2).  The three
+evaluation) on 2 ranks (pp2), 4 ranks (dp2 x pp2) and 8 ranks (dp2 x tp2 x pp2).  The four
 variants run interleaved, `--repeats` times, in one invocation.  Reports the median step
 time on rank 0 (after `--warmup` iterations) and, per stage, the median load time
 (`next(loader)`: reading + augmentation) and LiBai's data time (load + `get_batch`, which
@@ -23,10 +23,16 @@ sys.path.insert(0, ROOT)
 from libai_ext.testing import launch  # noqa: E402
 
 LAYOUTS = {2: (1, 1, 2), 4: (2, 1, 2), 8: (2, 2, 2)}
+# "consistent" variants: the pairing fix alone (train.randomness="fast": LiBai's sampler, OneFlow's init, local
+# mixup); "layout_invariant": the default, every piece of docs/layout_invariance.md on top.
 VARIANTS = {
     "stock": ["train.trainer=libai.engine.DefaultTrainer"],
-    "consistent": ["train.trainer=libai_ext.ConsistentBatchTrainer", "train.stage0_only_loading=False"],
-    "consistent+stage0-only": ["train.trainer=libai_ext.ConsistentBatchTrainer", "train.stage0_only_loading=True"],
+    "consistent": ["train.trainer=libai_ext.ConsistentBatchTrainer", "train.stage0_only_loading=False",
+                   "train.randomness=fast"],
+    "consistent+stage0-only": ["train.trainer=libai_ext.ConsistentBatchTrainer", "train.stage0_only_loading=True",
+                               "train.randomness=fast"],
+    "layout_invariant": ["train.trainer=libai_ext.ConsistentBatchTrainer", "train.stage0_only_loading=True",
+                         "train.randomness=layout_invariant"],
 }
 
 
