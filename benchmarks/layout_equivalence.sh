@@ -22,6 +22,7 @@ COMMON=(--config-file configs/swin_digits_cpu.py --layouts "${LAYOUTS[@]}" --ite
         echo '```'
         echo ".venv/bin/python tools/check_equivalence.py ${COMMON[*]} train.trainer=$trainer"
         echo '```'
+        echo
         .venv/bin/python tools/check_equivalence.py "${COMMON[@]}" --workdir "output/layout_equivalence/$trainer" \
             "train.trainer=$trainer" | sed -n '/^per-iteration/,$p' || true
     done
