@@ -24,7 +24,7 @@ LIBAI_MAIN_TESTS ?= tests/test_compat.py tests/test_environment.py tests/test_ba
   tests/test_graph.py tests/test_global_mixup.py tests/test_global_mixup_layouts.py \
   tests/test_layout_equivalence.py
 
-.PHONY: setup demo test test-libai-main experiment benchmark clean-venv
+.PHONY: setup demo test test-all test-libai-main experiment benchmark clean-venv
 
 setup: $(STAMP)
 
@@ -56,7 +56,11 @@ demo: setup
 	  tools/train_net.py --config-file configs/demo_pipeline_cpu.py train.output_dir=$(DEMO_OUTPUT) $(DEMO_ARGS)
 	@$(PY) tools/print_run.py $(DEMO_OUTPUT)
 
+# The quick tier (every guarantee at small scale) and the long matrix on top of it.
 test: setup
+	$(PY) -m pytest tests -m "not long" $(PYTEST_ARGS)
+
+test-all: setup
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
 # For a person with GPUs (under 10 minutes): libai_ext's CUDA paths on this machine, one table row per check.
