@@ -10,8 +10,10 @@ from libai.utils import distributed as dist
 
 from ..compat import fill_missing_config_keys, get_batch_api
 from ..compat.layout import placement_data_parallel_rank
-from ..layers import name_stochastic_layers
+from ..layers import convert_stochastic_layers, name_stochastic_layers, stochastic_ops
 from ..random import DEFAULT_RANDOMNESS, RNGStateCheckpointer, preserved_rng_state, recording_init, reinitialize
+from ..random.audit import audit_stochastic_ops
+from ..random.draws import drawing_step
 from .batch import consistent_batch
 from .global_loader import use_global_order, wants_global_order
 from .global_mixup import mixup_step
@@ -107,17 +109,36 @@ class ConsistentBatchTrainer(DefaultTrainer):
         load_checkpoint_or_weights(self, resume)
 
     def run_step(self):
-        # get_batch is a classmethod LiBai calls without the iteration: hand it over here.
-        with mixup_step(self.iter):
+        # get_batch is a classmethod LiBai calls without the iteration: hand it over here, and
+        # tell the stochastic layers which draw of which step this is (libai_ext.random.draws).
+        with mixup_step(self.iter), drawing_step(**self._draw_position()):
             super().run_step()
+
+    def _draw_position(self):
+        """The global step and micro-batch of this iteration: in eager mode LiBai counts micro-steps
+        (``train_iter`` is multiplied by the accumulation), a graph takes a whole step per call."""
+        data_parallel = dist.get_dist_util().data_parallel_size
+        accumulation = try_get_key(self.cfg, "train.num_accumulation_steps", default=1) or 1
+        if try_get_key(self.cfg, "graph.enabled", default=False):
+            return dict(step=self.iter, data_parallel=data_parallel)  # GraphBase numbers the micro-batches
+        return dict(step=self.iter // accumulation, micro=self.iter % accumulation, micro_batches=accumulation,
+                    data_parallel=data_parallel)
 
     @classmethod
     def build_model(cls, cfg):
-        if try_get_key(cfg, "train.randomness", default=DEFAULT_RANDOMNESS) != "layout_invariant":
+        randomness = try_get_key(cfg, "train.randomness", default=DEFAULT_RANDOMNESS)
+        if randomness != "layout_invariant":
             model = super().build_model(cfg)
         else:
             model = cls._build_with_seeded_init(cfg)
+        converted = convert_stochastic_layers(model)
+        if converted:
+            logging.getLogger(__name__).info("stochastic layers under libai_ext's streams: %s", ", ".join(converted))
         name_stochastic_layers(model)
+        stochastic_ops.name_modules(model)
+        audit_stochastic_ops(model, randomness)
+        stochastic_ops.route_stochastic_ops()
+        stochastic_ops.watch_forward(model)
         return model
 
     @classmethod
