@@ -23,7 +23,7 @@ from oneflow.nn.graph import GraphModule
 from libai.utils import distributed as dist
 
 from ..compat import layout
-from ..layers import graph_calls, stochastic_layers, stochastic_ops
+from ..layers import graph_calls, stochastic_layers
 from ..random.draws import current_step
 
 logger = logging.getLogger(__name__)
@@ -284,8 +284,7 @@ class GraphBase(nn.Graph):
                 return self._forward(**kwargs)
 
     def _forward(self, **kwargs):
-        with stochastic_ops.in_forward():
-            outputs = self.model(**kwargs)
+        outputs = self.model(**kwargs)
         if self.is_train:
             sum(outputs.values()).backward()
         return outputs

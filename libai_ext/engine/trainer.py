@@ -16,9 +16,9 @@ from ..random.audit import audit_stochastic_ops
 from ..random.draws import drawing_step
 from .batch import consistent_batch
 from .global_loader import use_global_order, wants_global_order
-from .global_mixup import mixup_step
 from .resume import continue_finished_run, load_checkpoint_or_weights
 from .stage0_loading import Stage0Batch, Stage0OnlyLoader
+from .step_batches import StepBatchLoader, StepMicroBatch
 
 
 @contextlib.contextmanager
@@ -111,7 +111,7 @@ class ConsistentBatchTrainer(DefaultTrainer):
     def run_step(self):
         # get_batch is a classmethod LiBai calls without the iteration: hand it over here, and
         # tell the stochastic layers which draw of which step this is (libai_ext.random.draws).
-        with mixup_step(self.iter), drawing_step(**self._draw_position()):
+        with drawing_step(**self._draw_position()):
             super().run_step()
 
     def _draw_position(self):
@@ -135,10 +135,9 @@ class ConsistentBatchTrainer(DefaultTrainer):
         if converted:
             logging.getLogger(__name__).info("stochastic layers under libai_ext's streams: %s", ", ".join(converted))
         name_stochastic_layers(model)
-        stochastic_ops.name_modules(model)
+        stochastic_ops.watch_model(model)
         audit_stochastic_ops(model, randomness)
         stochastic_ops.route_stochastic_ops()
-        stochastic_ops.watch_forward(model)
         return model
 
     @classmethod
@@ -171,7 +170,7 @@ class ConsistentBatchTrainer(DefaultTrainer):
         device is honoured as main's stock does (mixup and placements on that device).
         """
         device_type, mixup_func = get_batch_api.split_arguments(args, kwargs)
-        if isinstance(data, Stage0Batch):
+        if isinstance(data, (Stage0Batch, StepMicroBatch)):
             return data.to_global(mixup_func, device_type)
         return consistent_batch(data, mixup_func, device_type)
 
@@ -187,6 +186,9 @@ class ConsistentBatchTrainer(DefaultTrainer):
         if try_get_key(cfg, "train.stage0_only_loading", default=True) and \
                 dist.get_dist_util().pipeline_parallel_size > 1:
             train = Stage0OnlyLoader(train)
+        accumulation = try_get_key(cfg, "train.num_accumulation_steps", default=1) or 1
+        if global_order and accumulation > 1 and not try_get_key(cfg, "graph.enabled", default=False):
+            train = StepBatchLoader(train, accumulation)  # one global batch per step, mixed as one
         return train, valid, test
 
     @classmethod

@@ -15,8 +15,8 @@ these functions under every name code reaches them by (``oneflow._C.<name>``, ``
   - ``fused_scale_tril_softmax_mask_scale(x, p, diagonal, tril_scale_value, tril_fill_value)``:
     the same with the lower triangle from ``diagonal`` as the mask.
 
-  Each call draws from the stream of the module whose ``forward`` made it (the ``self`` of the
-  calling frame): for LiBai's layers the ``Dropout`` of the op's role (``conversion.ROLES``), so
+  Each call from a watched model (``watch_model``: the trainer's) draws from the stream of the
+  module whose ``forward`` made it (the ``self`` of the calling frame): for LiBai's layers the ``Dropout`` of the op's role (``conversion.ROLES``), so
   fused and unfused paths draw the same masks; for any other module a stream of its own named
   ``<module name>:<op>``.  A fused op drops in training only (its module's mode).  A call from
   code that is no module's ``forward`` cannot be keyed: inside a model's forward it is refused
@@ -24,14 +24,14 @@ these functions under every name code reaches them by (``oneflow._C.<name>``, ``
   OneFlow's own op with a warning under ``"fast"``.
 * OneFlow's random factories and in-place draws (``rand``, ``randn``, ``randint``, ``randperm``,
   ``bernoulli``, ``normal``, their ``_like`` forms, ``multinomial``, ``Tensor.uniform_`` ...):
-  inside a model's forward (``watch_forward`` / ``in_forward``) they draw from OneFlow's
-  generators, which depend on the rank and the layout: refused under "layout_invariant", warned
-  about once per call site under "fast".  Outside a forward (data augmentation, initial weights)
-  they are OneFlow's own.
+  inside the forward of a watched model's module (``watch_model``: the trainer's model; found on
+  the call stack, so an exception leaves nothing behind) they draw from OneFlow's generators,
+  which depend on the rank and the layout: refused under "layout_invariant", warned about once per
+  call site under "fast".  Anywhere else (data augmentation, initial weights) they are OneFlow's own.
 """
-import contextlib
 import logging
 import sys
+import weakref
 
 import oneflow as flow
 from oneflow import nn
@@ -50,8 +50,9 @@ RANDOM_METHODS = ("uniform_", "normal_", "bernoulli_", "exponential_", "random_"
 _NAMESPACES = (flow._C, flow, flow.nn.functional)
 
 _originals = {}       # (namespace, name) -> OneFlow's own
-_forward_depth = 0    # > 0 while a watched model's forward runs
-_module_names = {}    # id(module) -> qualified name (``name_modules``)
+_watched = weakref.WeakValueDictionary()  # id(module) -> module of a watched model
+_module_names = {}    # id(module) -> qualified name (``watch_model``)
+_STACK_DEPTH = 64     # frames searched for a watched module's forward
 _own_streams = {}     # (id(module), op, p) -> Dropout of a module with no role for the op
 _warned_sites = set()
 
@@ -64,20 +65,43 @@ def _native(name):
     return _originals.get((flow._C, name), getattr(flow._C, name))
 
 
+def _site(frame):
+    return f"{frame.f_code.co_filename}:{frame.f_lineno} ({frame.f_code.co_name})"
+
+
 def _caller():
-    """``(module or None, "file:line (function)")`` of the code that called a routed function
-    (frame 0 is ``_caller``, 1 the routed function, 2 its caller)."""
+    """``(module or None, frame)`` of the code that called a routed function (frame 0 is
+    ``_caller``, 1 the routed function, 2 its caller)."""
     frame = sys._getframe(2)
+    return _module_of(frame), frame
+
+
+def _module_of(frame):
     owner = frame.f_locals.get("self")
     if isinstance(owner, ProxyModule):
         owner = owner.to(nn.Module)
-    site = f"{frame.f_code.co_filename}:{frame.f_lineno} ({frame.f_code.co_name})"
-    return (owner if isinstance(owner, nn.Module) else None), site
+    return owner if isinstance(owner, nn.Module) else None
 
 
-def name_modules(model):
-    """Remember every module's qualified name: streams of modules with no role are named by it."""
-    _module_names.update({id(module): name or "model" for name, module in model.named_modules()})
+def in_model_forward(frame):
+    """Whether ``frame`` runs inside the forward of a watched model's module."""
+    for _ in range(_STACK_DEPTH):
+        if frame is None:
+            return False
+        if frame.f_code.co_name == "forward":
+            owner = _module_of(frame)
+            if owner is not None and _watched.get(id(owner)) is owner:
+                return True
+        frame = frame.f_back
+    return False
+
+
+def watch_model(model):
+    """Treat ``model``'s forward as training's: name its modules (streams of modules with no role are
+    named by them) and guard OneFlow's random factories inside it."""
+    for name, module in model.named_modules():
+        _module_names[id(module)] = name or "model"
+        _watched[id(module)] = module
 
 
 def _refuse_or_warn(what, site):
@@ -91,13 +115,13 @@ def _refuse_or_warn(what, site):
         logger.warning(message + " (train.randomness='fast': OneFlow's generator draws it)")
 
 
-def _layer_for(owner, site, op, p):
+def _layer_for(owner, frame, op, p):
     """The ``Dropout`` drawing ``op`` for ``owner``; None (after refusing or warning inside a
-    forward) where the caller is no module."""
-    if owner is None:
-        if _forward_depth > 0:
-            _refuse_or_warn(f"oneflow {op} called outside any module's forward", site)
-        return None
+    model's forward) where the caller is no module."""
+    if owner is None or _watched.get(id(owner)) is not owner:
+        if owner is None and in_model_forward(frame):
+            _refuse_or_warn(f"oneflow {op} called outside any module's forward", _site(frame))
+        return None  # (a module of no watched model: not training's, OneFlow's own)
     role = roles_of(owner).get(op)
     layer = getattr(owner, role, None) if role is not None else None
     if isinstance(layer, Dropout):
@@ -119,8 +143,8 @@ def _dropped(layer, x, training):
 # ---- the dropout family -----------------------------------------------------------------------
 
 def dropout(x, p=0.5, training=True, inplace=False, generator=None, addend=None):
-    owner, site = _caller()
-    layer = _layer_for(owner, site, "dropout", p)
+    owner, frame = _caller()
+    layer = _layer_for(owner, frame, "dropout", p)
     if layer is None:
         return _native("dropout")(x, p, training, inplace, generator, addend=addend)
     y = _dropped(layer, x, training)
@@ -128,8 +152,8 @@ def dropout(x, p=0.5, training=True, inplace=False, generator=None, addend=None)
 
 
 def fused_bias_add_dropout(x, bias, p=0.5, axis=1, generator=None):
-    owner, site = _caller()
-    layer = _layer_for(owner, site, "fused_bias_add_dropout", p)
+    owner, frame = _caller()
+    layer = _layer_for(owner, frame, "fused_bias_add_dropout", p)
     if layer is None:
         return _native("fused_bias_add_dropout")(x, bias, p=p, axis=axis)
     return _dropped(layer, flow._C.bias_add(x, bias, axis=axis), owner.training)
@@ -141,8 +165,8 @@ def _masked_scores(x, mask, scale, fill_value):
 
 
 def fused_scale_mask_softmax_dropout(x, mask, fill_value=0.0, scale=1.0, p=0.5, generator=None):
-    owner, site = _caller()
-    layer = _layer_for(owner, site, "fused_scale_mask_softmax_dropout", p)
+    owner, frame = _caller()
+    layer = _layer_for(owner, frame, "fused_scale_mask_softmax_dropout", p)
     if layer is None:
         return _native("fused_scale_mask_softmax_dropout")(x, mask, fill_value=fill_value, scale=scale, p=p)
     probabilities = flow.softmax(_masked_scores(x, mask, scale, fill_value), dim=-1)
@@ -151,8 +175,8 @@ def fused_scale_mask_softmax_dropout(x, mask, fill_value=0.0, scale=1.0, p=0.5, 
 
 def fused_scale_tril_softmax_mask_scale(x, p=0.5, diagonal=0, tril_scale_value=1.0, tril_fill_value=0.0,
                                         generator=None):
-    owner, site = _caller()
-    layer = _layer_for(owner, site, "fused_scale_tril_softmax_mask_scale", p)
+    owner, frame = _caller()
+    layer = _layer_for(owner, frame, "fused_scale_tril_softmax_mask_scale", p)
     if layer is None:
         return _native("fused_scale_tril_softmax_mask_scale")(
             x, p=p, diagonal=diagonal, tril_scale_value=tril_scale_value, tril_fill_value=tril_fill_value)
@@ -170,36 +194,12 @@ DROPOUT_OPS = {"dropout": dropout, "fused_bias_add_dropout": fused_bias_add_drop
 
 def _guarded(name, original):
     def guarded(*args, **kwargs):
-        if _forward_depth > 0:
-            frame = sys._getframe(1)
-            _refuse_or_warn(f"oneflow {name}", f"{frame.f_code.co_filename}:{frame.f_lineno} ({frame.f_code.co_name})")
+        frame = sys._getframe(1)
+        if in_model_forward(frame):
+            _refuse_or_warn(f"oneflow {name}", _site(frame))
         return original(*args, **kwargs)
     guarded.__name__ = name
     return guarded
-
-
-@contextlib.contextmanager
-def in_forward():
-    """The body is a model's forward (``GraphBase`` traces inside one)."""
-    global _forward_depth
-    _forward_depth += 1
-    try:
-        yield
-    finally:
-        _forward_depth -= 1
-
-
-def watch_forward(model):
-    """Count ``model``'s forward calls as "inside a forward" (hooks on the root module)."""
-    def enter(module, inputs):
-        global _forward_depth
-        _forward_depth += 1
-
-    def leave(module, inputs, output):
-        global _forward_depth
-        _forward_depth = max(0, _forward_depth - 1)
-
-    return model.register_forward_pre_hook(enter), model.register_forward_hook(leave)
 
 
 def _replace(namespace, name, replacement):
