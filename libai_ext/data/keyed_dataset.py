@@ -13,6 +13,7 @@ save and restore.  So the loader takes the sampler as ``sampler`` with ``batch_s
 """
 from oneflow.utils.data import Dataset
 
+from ..random.oneflow_draws import watch_oneflow_draws
 from ..random.sample_keys import preserved_streams, seed_streams
 
 
@@ -20,6 +21,7 @@ class KeyedAugmentation(Dataset):
     def __init__(self, dataset, seed):
         self.dataset = dataset
         self.seed = int(seed)
+        watch_oneflow_draws()  # samples that draw nothing from OneFlow need no wait (sample_keys)
 
     def __len__(self):
         return len(self.dataset)

@@ -22,8 +22,7 @@ these functions under every name code reaches them by (``oneflow._C.<name>``, ``
   code that is no module's ``forward`` cannot be keyed: inside a model's forward it is refused
   under ``train.randomness="layout_invariant"``, naming the op and the call site, and runs
   OneFlow's own op with a warning under ``"fast"``.
-* OneFlow's random factories and in-place draws (``rand``, ``randn``, ``randint``, ``randperm``,
-  ``bernoulli``, ``normal``, their ``_like`` forms, ``multinomial``, ``Tensor.uniform_`` ...):
+* OneFlow's random factories and in-place draws (``random.oneflow_draws`` watches them):
   inside the forward of a watched model's module (``watch_model``: the trainer's model; found on
   the call stack, so an exception leaves nothing behind) they draw from OneFlow's generators,
   which depend on the rank and the layout: refused under "layout_invariant", warned about once per
@@ -37,16 +36,12 @@ import oneflow as flow
 from oneflow import nn
 from oneflow.nn.graph.proxy import ProxyModule
 
-from ..random import modes
+from ..random import modes, oneflow_draws
 from .conversion import roles_of
 from .stochastic import Dropout
 
 logger = logging.getLogger(__name__)
 
-RANDOM_FACTORIES = ("rand", "randn", "rand_like", "randn_like", "randint", "randint_like", "randperm", "bernoulli",
-                    "normal", "multinomial")
-RANDOM_METHODS = ("uniform_", "normal_", "bernoulli_", "exponential_", "random_", "cauchy_", "log_normal_",
-                  "geometric_")
 _NAMESPACES = (flow._C, flow, flow.nn.functional)
 
 _originals = {}       # (namespace, name) -> OneFlow's own
@@ -190,16 +185,12 @@ DROPOUT_OPS = {"dropout": dropout, "fused_bias_add_dropout": fused_bias_add_drop
                "fused_scale_tril_softmax_mask_scale": fused_scale_tril_softmax_mask_scale}
 
 
-# ---- random factories inside a forward ----------------------------------------------------------
+# ---- OneFlow's random factories inside a forward ----------------------------------------------------
 
-def _guarded(name, original):
-    def guarded(*args, **kwargs):
-        frame = sys._getframe(1)
-        if in_model_forward(frame):
-            _refuse_or_warn(f"oneflow {name}", _site(frame))
-        return original(*args, **kwargs)
-    guarded.__name__ = name
-    return guarded
+def _refuse_in_forward(name, frame):
+    """A check of ``random.oneflow_draws``: a draw from OneFlow inside the trained model's forward."""
+    if in_model_forward(frame):
+        _refuse_or_warn(f"oneflow {name}", _site(frame))
 
 
 def _replace(namespace, name, replacement):
@@ -212,26 +203,23 @@ def _replace(namespace, name, replacement):
 
 def route_stochastic_ops():
     """Install the replacements (idempotent); ``unroute_stochastic_ops`` puts OneFlow's back."""
+    oneflow_draws.watch_oneflow_draws()
+    oneflow_draws.add_draw_check(_refuse_in_forward)
     if _originals:
         return
-    native = {name: getattr(flow._C, name, None) for name in list(DROPOUT_OPS) + list(RANDOM_FACTORIES)}
+    native = {name: getattr(flow._C, name, None) for name in DROPOUT_OPS}
     for namespace in _NAMESPACES:
         for name, replacement in DROPOUT_OPS.items():
             if native[name] is not None and getattr(namespace, name, None) is native[name]:
                 _replace(namespace, name, replacement)
-        for name in RANDOM_FACTORIES:
-            original = getattr(namespace, name, None)
-            if original is not None:
-                _replace(namespace, name, _guarded(name, original))
-    for name in RANDOM_METHODS:
-        if hasattr(flow.Tensor, name):
-            _replace(flow.Tensor, name, _guarded(f"Tensor.{name}", getattr(flow.Tensor, name)))
 
 
 def unroute_stochastic_ops():
+    """OneFlow's dropout ops back; its random factories stay counted, no longer checked here."""
     for (namespace, name), original in _originals.items():
         setattr(namespace, name, original)
     _originals.clear()
+    oneflow_draws.remove_draw_check(_refuse_in_forward)
 
 
 def routed():
