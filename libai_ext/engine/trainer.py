@@ -13,6 +13,7 @@ from ..compat.layout import placement_data_parallel_rank
 from ..layers import name_stochastic_layers
 from ..random import DEFAULT_RANDOMNESS, RNGStateCheckpointer, preserved_rng_state, recording_init, reinitialize
 from .batch import consistent_batch
+from .config_checks import recording_layer_indices, warn_on_pipeline_layer_mismatch
 from .global_loader import use_global_order, wants_global_order
 from .global_mixup import mixup_step
 from .resume import continue_finished_run, load_checkpoint_or_weights
@@ -113,10 +114,12 @@ class ConsistentBatchTrainer(DefaultTrainer):
 
     @classmethod
     def build_model(cls, cfg):
-        if try_get_key(cfg, "train.randomness", default=DEFAULT_RANDOMNESS) != "layout_invariant":
-            model = super().build_model(cfg)
-        else:
-            model = cls._build_with_seeded_init(cfg)
+        with recording_layer_indices(cfg) as layer_indices:  # train.dist.pipeline_num_layers vs the model
+            if try_get_key(cfg, "train.randomness", default=DEFAULT_RANDOMNESS) != "layout_invariant":
+                model = super().build_model(cfg)
+            else:
+                model = cls._build_with_seeded_init(cfg)
+        warn_on_pipeline_layer_mismatch(cfg, model, layer_indices)
         name_stochastic_layers(model)
         return model
 
