@@ -41,8 +41,7 @@ def cli(name):
 
 def run_python(*args, timeout=60):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, env=env,
-                           cwd=ROOT)
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
 
 
 # --- help ---------------------------------------------------------------------------------------
@@ -324,8 +323,8 @@ def test_progress_names_the_run_and_its_iteration(tmp_path, monkeypatch):
     progress()  # unchanged: no new line
     progress.end(ok=True)
     lines = stream.getvalue().splitlines()
-    assert lines[:3] == ["[3/8] layout dp2xpp2 on 4 ranks: starting ...", "[3/8] layout dp2xpp2 on 4 ranks: iteration 0/5",
-                         "[3/8] layout dp2xpp2 on 4 ranks: iteration 4/5"]
+    prefix = "[3/8] layout dp2xpp2 on 4 ranks: "
+    assert lines[:3] == [prefix + "starting ...", prefix + "iteration 0/5", prefix + "iteration 4/5"]
     assert re.fullmatch(r"\[3/8\] layout dp2xpp2 on 4 ranks: done in \d+ s", lines[3]) and len(lines) == 4
 
 

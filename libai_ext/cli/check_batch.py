@@ -103,8 +103,8 @@ def print_report(report, trainer_name, num_batches, world_size):
     print(f"{'field':<12} {'placement_idx':>13}  {'result':<9} {'disagreeing ranks':<20} {'max abs diff':>12}")
     for name, row in report.items():
         verdict = "disagree" if row["bad"] else "agree"
-        print(f"{name:<12} {row['placement_idx']:>13}  {verdict:<9} {str(sorted(row['bad'])) if row['bad'] else '-':<20}"
-              f" {row['diff']:>12.6g}")
+        ranks = str(sorted(row["bad"])) if row["bad"] else "-"
+        print(f"{name:<12} {row['placement_idx']:>13}  {verdict:<9} {ranks:<20} {row['diff']:>12.6g}")
 
 
 def run(args):

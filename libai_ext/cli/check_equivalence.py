@@ -284,6 +284,7 @@ def plot_losses(losses, reference, path, rtol, title=""):
     ax_diff.axhline(rtol, color="grey", linewidth=1, linestyle="--", label=f"rtol {rtol:g}")
     ax_diff.set_yscale("symlog", linthresh=smallest / 10)
     ax_diff.set_ylim(0, largest * 10)
+    ax_diff.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     ax_loss.set(title=title or "raw training loss per iteration", ylabel="total loss")
     ax_diff.set(title=f"relative difference from {reference}", xlabel="iteration", ylabel="|loss - ref| / |ref|")
     for ax in (ax_loss, ax_diff):
@@ -361,7 +362,8 @@ def rank_main(argv):
 def build_parser():
     parser = ToolParser(description=DESCRIPTION, overrides=True,
                         epilog=epilog(exit_codes=EXIT_CODES, examples=EXAMPLES))
-    parser.add_argument("--config-file", required=True, metavar="FILE", help="the LiBai LazyConfig (.py) to run (required)")
+    parser.add_argument("--config-file", required=True, metavar="FILE",
+                        help="the LiBai LazyConfig (.py) to run (required)")
     parser.add_argument("--layouts", nargs="+", required=True, metavar="LAYOUT",
                         help="two or more layouts (see 'layouts' above); the first is the reference, e.g. 1 pp2 "
                              "dp2xpp2 (required)")
