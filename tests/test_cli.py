@@ -65,9 +65,18 @@ def test_help_states_purpose_defaults_exit_codes_and_examples(helps, name):
         text = out.stdout
         assert not any(noise in text for noise in ONEFLOW_NOISE), text
         assert text.startswith("usage:") and len(text.split("\n\n")[1]) > 80, text  # a description paragraph
-        assert "default" in text and "\nexit codes:\n  0  " in text and "\nexamples:\n" in text, text
+        assert "\nexit codes:\n  0  " in text and "\nexamples:\n" in text, text
+        for option, help_text in option_helps(text).items():  # each option says its default (or that it has none)
+            assert option == "-h" or "(default" in help_text or "(required)" in help_text, (option, help_text)
         assert any(config in text for config in PROJECT_CONFIGS), text
     assert helps[name][0].stdout.split("\n", 1)[1] == helps[name][1].stdout.split("\n", 1)[1]  # same tool
+
+
+def option_helps(text):
+    """``{first option string: its help, on one line}`` from a ``--help`` text's options section."""
+    section = text.split("\noptions:\n", 1)[1].split("\n\n", 1)[0]
+    entries = re.split(r"\n(?=  -)", section)
+    return {entry.split()[0].rstrip(","): " ".join(entry.split()) for entry in entries}
 
 
 def test_no_tool_imports_oneflow_before_parsing():

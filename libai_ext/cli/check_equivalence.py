@@ -380,7 +380,7 @@ def build_parser():
                         help="where each layout's run and logs are written (default: a new temporary folder)")
     parser.add_argument("--plot", default="", metavar="PNG",
                         help="also write a PNG: every layout's loss curve overlaid, and each one's relative "
-                             "difference from the first layout (needs matplotlib; default: no plot)")
+                             "difference from the first layout; needs matplotlib (default: no plot)")
     return parser
 
 
