@@ -18,11 +18,9 @@ def is_override(word):
     return "=" in word and not word.startswith("-")
 
 
-def epilog(defaults="", exit_codes=(), examples=()):
-    """The text after the options in ``--help``: defaults, exit codes, examples."""
+def epilog(exit_codes=(), examples=()):
+    """The text after the options in ``--help``: exit codes, then examples."""
     parts = []
-    if defaults:
-        parts.append(defaults.rstrip())
     if exit_codes:
         parts.append("exit codes:\n" + "\n".join(
             textwrap.fill(meaning, width=96, initial_indent=f"  {code}  ", subsequent_indent="     ")
