@@ -43,6 +43,10 @@ def check(tmp_path, capsys, data, config, layouts, *opts, rtol=1e-5):
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| layout")]
     assert len(rows) == len(layouts) - 1, out
+    for position, layout in enumerate(layouts, 1):  # which run it is on, and how far that run got
+        assert f"[{position}/{len(layouts)}] layout {layout} on " in out, out
+        assert re.search(rf"\[{position}/{len(layouts)}\] layout {layout} on \d ranks?: iteration {ITERS}/{ITERS}",
+                         out), out
     return status, rows, out
 
 

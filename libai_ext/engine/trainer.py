@@ -15,6 +15,7 @@ from ..random import DEFAULT_RANDOMNESS, RNGStateCheckpointer, preserved_rng_sta
 from ..random.audit import audit_stochastic_ops
 from ..random.draws import drawing_step
 from .batch import consistent_batch
+from .config_checks import recording_layer_indices, warn_on_pipeline_layer_mismatch
 from .global_loader import use_global_order, wants_global_order
 from .resume import continue_finished_run, load_checkpoint_or_weights
 from .stage0_loading import Stage0Batch, Stage0OnlyLoader
@@ -127,10 +128,12 @@ class ConsistentBatchTrainer(DefaultTrainer):
     @classmethod
     def build_model(cls, cfg):
         randomness = try_get_key(cfg, "train.randomness", default=DEFAULT_RANDOMNESS)
-        if randomness != "layout_invariant":
-            model = super().build_model(cfg)
-        else:
-            model = cls._build_with_seeded_init(cfg)
+        with recording_layer_indices(cfg) as layer_indices:  # train.dist.pipeline_num_layers vs the model
+            if randomness != "layout_invariant":
+                model = super().build_model(cfg)
+            else:
+                model = cls._build_with_seeded_init(cfg)
+        warn_on_pipeline_layer_mismatch(cfg, model, layer_indices)
         converted = convert_stochastic_layers(model)
         if converted:
             logging.getLogger(__name__).info("stochastic layers under libai_ext's streams: %s", ", ".join(converted))
