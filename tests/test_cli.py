@@ -138,8 +138,9 @@ def test_every_help_example_parses_and_names_existing_configs(helps, name):
         tool, words = tool_arguments(command)
         assert tool == name, command
         args = cli(tool).build_parser().parse_args(words)  # SystemExit(2) on a bad example
-        config = getattr(args, "config_file", None)
-        assert config is None or os.path.isfile(os.path.join(ROOT, config)), command
+        configs = getattr(args, "config_file", None)
+        configs = [configs] if isinstance(configs, str) else configs or []
+        assert all(os.path.isfile(os.path.join(ROOT, config)) for config in configs), command
 
 
 # --- options anywhere ---------------------------------------------------------------------------
@@ -163,7 +164,7 @@ def test_options_before_between_and_after_overrides(name):
     if name == "train_net":
         argv += ["--resume", "g.h=null", "--fast-dev-run"]
     args = parser.parse_args(argv)
-    assert args.config_file == "dir=x/c.py"  # an option's value is never an override
+    assert args.config_file in ("dir=x/c.py", ["dir=x/c.py"])  # an option's value is never an override
     assert args.opts == ["a.b=1", "c.d=[1,2]", "e.f=-3"] + (["g.h=null"] if name == "train_net" else [])
     if name == "train_net":
         assert args.resume and args.fast_dev_run
@@ -322,7 +323,7 @@ def test_progress_names_the_run_and_its_iteration(tmp_path, monkeypatch):
     tool = cli("check_equivalence")
     monkeypatch.setattr(tool, "PROGRESS_PERIOD_S", 0.0)
     stream = io.StringIO()
-    progress = tool.RunProgress(3, 8, "dp2xpp2", 4, str(tmp_path), 5, stream=stream)
+    progress = tool.RunProgress(3, 8, "dp2xpp2", 4, [str(tmp_path)], 5, stream=stream)
     progress.begin()
     progress()  # no losses.jsonl yet
     with open(tmp_path / "losses.jsonl", "w") as f:

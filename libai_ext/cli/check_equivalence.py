@@ -4,8 +4,11 @@ the training?  Run a config on several layouts and compare each with the first.
 Each layout trains from the same seed for ``--iters`` iterations on its own ranks
 (``libai_ext.testing.launch``, hard timeout), through the same code as ``libai-ext-train`` plus a
 ``ModuleRecorder`` (``libai_ext/engine/module_recorder.py``).  The ranks run this module
-(``python -m libai_ext.cli.check_equivalence --as-rank ...``), whichever way the tool was started.
+(``python -m libai_ext.cli.check_equivalence --as-rank RUNS.json``), whichever way the tool was
+started; with several ``--config-file`` they train each config in turn in one launch per layout
+(OneFlow's start-up is most of a short run).
 """
+import json
 import os
 import re
 import sys
@@ -16,7 +19,8 @@ from .common import ToolParser, epilog, module_target, rank_environ
 
 MODULE = "libai_ext.cli.check_equivalence"
 RANK_FLAG = "--as-rank"
-AXES = ("dp", "tp", "pp")
+AXES = ("dp", "tp", "pp", "acc")
+GRAPH_SUFFIX = ":graph"
 EXIT_MATCH, EXIT_DIFFER, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
 PROGRESS_PERIOD_S = 5.0  # between progress lines when the output is not a terminal
 
@@ -30,13 +34,16 @@ agrees, the first gradient that differed one iteration before.  While it runs it
 layout it is on and that run's iteration ("[2/4] layout dp2xpp2 on 4 ranks: iteration 3/5").
 
 layouts:
-  A layout is "1" (one rank) or one to three of dp<N>, tp<N>, pp<N> (N >= 1) joined by "x", each
-  axis at most once, in any order: dp = data parallel, tp = tensor parallel, pp = pipeline
-  stages; it runs on dp * tp * pp ranks.  Examples: 1, pp2, tp2, dp2, dp2xpp2 (4 ranks),
-  tp2xpp2, dp2xtp2xpp2 (8 ranks).  The first layout is the reference.  Each layout sets
-  train.dist.data_parallel_size / tensor_parallel_size / pipeline_parallel_size, keeps the
-  global batch (train.train_micro_batch_size = global batch / dp, no gradient accumulation),
-  trains --iters iterations with evaluation and checkpoints off and logs every iteration.
+  A layout is "1" (one rank) or one to four of dp<N>, tp<N>, pp<N>, acc<N> (N >= 1) joined by
+  "x", each axis at most once, in any order: dp = data parallel, tp = tensor parallel, pp =
+  pipeline stages, acc = gradient accumulation steps; it runs on dp * tp * pp ranks.  A suffix
+  ":graph" trains it in graph mode (graph.enabled=True; its modules are not recorded).  Examples:
+  1, pp2, tp2, dp2, dp2xpp2 (4 ranks), tp2xpp2, dp2xtp2xpp2 (8 ranks), acc2, dp2xacc2:graph.
+  The first layout is the reference.  Each layout sets train.dist.data_parallel_size /
+  tensor_parallel_size / pipeline_parallel_size and train.num_accumulation_steps, keeps the
+  global batch (train.train_micro_batch_size = global batch / (dp * acc)), trains --iters
+  optimizer steps with evaluation and checkpoints off and logs every iteration; an eager layout
+  with accumulation logs each micro-batch, and a step's loss is their mean.
   pp<N> needs a model with at least N pipeline layers (train.dist.pipeline_num_layers; LiBai
   0.1.1 also wants it divisible by N).  Ranks run on CPU (GPUs hidden) unless
   LIBAI_EXT_TEST_DEVICE=cuda; several ranks on a few cores are slow but exact.
@@ -71,15 +78,19 @@ class UsageError(ValueError):
 # --- layouts ------------------------------------------------------------------------------------
 
 def parse_layout(text):
-    """``"dp2xpp2"`` -> ``{"dp": 2, "tp": 1, "pp": 2}``; ``"1"`` -> one rank."""
+    """``"dp2xpp2"`` -> ``{"dp": 2, "tp": 1, "pp": 2, "acc": 1, "graph": False}``; ``"1"`` -> one rank;
+    ``"dp2xacc2:graph"`` -> two ranks, accumulation 2, graph mode."""
     sizes = dict.fromkeys(AXES, 1)
-    if text == "1":
+    sizes["graph"] = text.endswith(GRAPH_SUFFIX)
+    body = text[:-len(GRAPH_SUFFIX)] if sizes["graph"] else text
+    if body == "1":
         return sizes
     seen = set()
-    for part in text.split("x"):
-        match = re.fullmatch(r"(dp|tp|pp)([1-9][0-9]*)", part)
+    for part in body.split("x"):
+        match = re.fullmatch(r"(dp|tp|pp|acc)([1-9][0-9]*)", part)
         if not match or match.group(1) in seen:
-            raise UsageError(f"--layouts: {text!r} is not '1' or dp<N>/tp<N>/pp<N> joined by 'x' (e.g. dp2xpp2)")
+            raise UsageError(f"--layouts: {text!r} is not '1' or dp<N>/tp<N>/pp<N>/acc<N> joined by 'x', with an "
+                             "optional ':graph' (e.g. dp2xpp2, acc2:graph)")
         seen.add(match.group(1))
         sizes[match.group(1)] = int(match.group(2))
     return sizes
@@ -103,14 +114,19 @@ def configured_global_batch(config_file, opts):
 
 
 def layout_overrides(sizes, global_batch, iters, output_dir):
-    dp = sizes["dp"]
-    if global_batch % dp:
-        raise UsageError(f"global batch {global_batch} is not divisible by dp={dp}")
+    dp, acc = sizes["dp"], sizes["acc"]
+    if global_batch % (dp * acc):
+        raise UsageError(f"global batch {global_batch} is not divisible by dp x acc = {dp * acc}")
     return [f"train.dist.data_parallel_size={sizes['dp']}", f"train.dist.tensor_parallel_size={sizes['tp']}",
             f"train.dist.pipeline_parallel_size={sizes['pp']}",
-            f"train.train_micro_batch_size={global_batch // dp}", "train.num_accumulation_steps=1",
+            f"train.train_micro_batch_size={global_batch // (dp * acc)}", f"train.num_accumulation_steps={acc}",
+            f"graph.enabled={bool(sizes['graph'])}",
             f"train.train_iter={iters}", f"train.output_dir={output_dir}", "train.evaluation.enabled=False",
             "train.log_period=1", "train.checkpointer.period=1000000"]
+
+
+def config_name(config_file):
+    return os.path.splitext(os.path.basename(config_file))[0]
 
 
 # --- running ------------------------------------------------------------------------------------
@@ -122,9 +138,10 @@ class RunProgress:
     changes, at most every ``PROGRESS_PERIOD_S`` seconds (and always for the last one).
     """
 
-    def __init__(self, position, total, name, ranks, output, iters, stream=None):
+    def __init__(self, position, total, name, ranks, outputs, iters, stream=None):
+        """``outputs``: the run folders of this launch (one per config); ``iters``: their total."""
         self.prefix = f"[{position}/{total}] layout {name} on {ranks} rank{'s' if ranks > 1 else ''}"
-        self.path = os.path.join(output, "losses.jsonl")
+        self.paths = [os.path.join(output, "losses.jsonl") for output in outputs]
         self.iters, self.stream = iters, stream or sys.stdout
         self.in_place = self.stream.isatty()
         self.start = self.last_print = time.monotonic()
@@ -141,7 +158,7 @@ class RunProgress:
         self._write(f"{self.prefix}: starting ...")
 
     def __call__(self):
-        done = _count_lines(self.path)
+        done = sum(_count_lines(path) for path in self.paths)
         now = time.monotonic()
         if done != self.done and (self.in_place or done >= self.iters or now - self.last_print >= PROGRESS_PERIOD_S):
             self.done, self.last_print = done, now
@@ -163,13 +180,22 @@ def _count_lines(path):
         return 0
 
 
-def run_layout(args, name, sizes, global_batch, position, total):
+def run_layout(args, name, sizes, global_batches, position, total):
+    """Train every config on one layout (one launch); returns ``{config file: output dir}``."""
     from ..testing import MultiRankError, launch
 
-    output = os.path.join(args.workdir, name)
-    argv = [RANK_FLAG, "--config-file", args.config_file, *args.opts,
-            *layout_overrides(sizes, global_batch, args.iters, output)]
-    progress = RunProgress(position, total, name, world_size(sizes), output, args.iters)
+    outputs = {config: os.path.join(args.workdir, name, config_name(config)) for config in args.config_file}
+    runs = [{"config_file": config, "opts": [*args.opts, *layout_overrides(sizes, global_batches[config], args.iters,
+                                                                         outputs[config])]}
+            for config in args.config_file]
+    os.makedirs(os.path.join(args.workdir, name), exist_ok=True)
+    runs_file = os.path.join(args.workdir, name, "runs.json")
+    with open(runs_file, "w") as f:
+        json.dump(runs, f, indent=1)
+    argv = [RANK_FLAG, runs_file]
+    steps = args.iters * (1 if sizes["graph"] else sizes["acc"])  # eager accumulation logs each micro-batch
+    progress = RunProgress(position, total, name, world_size(sizes), list(outputs.values()),
+                           steps * len(outputs))
     progress.begin()
     try:
         launch(module_target(MODULE), world_size(sizes), argv, timeout=args.timeout, env=rank_environ(),
@@ -178,18 +204,20 @@ def run_layout(args, name, sizes, global_batch, position, total):
         progress.end(ok=False)
         raise
     progress.end(ok=True)
-    return output
+    return outputs
 
 
-def read_losses(output, iters):
-    """Per-iteration raw total loss written by ``RawLossWriter``."""
+def read_losses(output, iters, micro_batches=1):
+    """Per-step raw total loss written by ``RawLossWriter``: with eager accumulation the mean of the
+    step's ``micro_batches`` records (each the loss of one micro-batch)."""
     from ..testing import read_raw_losses
 
     losses = {record["iteration"]: record["total_loss"] for record in read_raw_losses(output)}
-    missing = [i for i in range(iters) if i not in losses]
+    missing = [i for i in range(iters * micro_batches) if i not in losses]
     if missing:
         raise RuntimeError(f"{output}: no loss recorded for iterations {missing}")
-    return [losses[i] for i in range(iters)]
+    return [sum(losses[step * micro_batches + m] for m in range(micro_batches)) / micro_batches
+            for step in range(iters)]
 
 
 # --- comparing ----------------------------------------------------------------------------------
@@ -308,19 +336,35 @@ def check(args):
         raise UsageError("--layouts needs at least two different layouts (the first is the reference)")
     if args.plot:
         require_pyplot()  # before the runs, not after them
-    global_batch = args.global_batch or configured_global_batch(args.config_file, args.opts)
+    global_batches = {config: args.global_batch or configured_global_batch(config, args.opts)
+                      for config in args.config_file}
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="check-equivalence-")
-    outputs, losses = {}, {}
+    outputs = {}
     for position, (name, sizes) in enumerate(layouts.items(), 1):
         try:
-            outputs[name] = run_layout(args, name, sizes, global_batch, position, len(layouts))
+            outputs[name] = run_layout(args, name, sizes, global_batches, position, len(layouts))
         except MultiRankError as e:
             print(f"error: layout {name}: {e}", file=sys.stderr)
             return EXIT_RUN_FAILED
-        losses[name] = read_losses(outputs[name], args.iters)
+    all_match = True
+    for config in args.config_file:
+        all_match &= report(args, config, layouts, {name: out[config] for name, out in outputs.items()},
+                            global_batches[config])
+    print("\nall layouts match" if all_match else "\nlayouts differ")
+    return EXIT_MATCH if all_match else EXIT_DIFFER
+
+
+def micro_batches_logged(sizes):
+    return 1 if sizes["graph"] else sizes["acc"]
+
+
+def report(args, config, layouts, outputs, global_batch):
+    """Print one config's table (and plot); True when every layout matches the first."""
+    losses = {name: read_losses(outputs[name], args.iters, micro_batches_logged(sizes))
+              for name, sizes in layouts.items()}
     reference = args.layouts[0]
-    print(f"\nper-iteration raw loss vs {reference} ({args.iters} iterations, global batch {global_batch}, "
-          f"rtol {args.rtol:g}); runs in {args.workdir}")
+    print(f"\n{config_name(config)}: per-iteration raw loss vs {reference} ({args.iters} iterations, global batch "
+          f"{global_batch}, rtol {args.rtol:g}); runs in {args.workdir}")
     print("| layout | ranks | max relative difference | first diverging iteration | first difference |")
     print("|---|---|---|---|---|")
     all_match = True
@@ -330,40 +374,52 @@ def check(args):
         all_match &= first is None
         print(f"| {name} | {world_size(layouts[name])} | {worst:.3g} | {'-' if first is None else first} | {where} |")
     if args.plot:
-        plot_losses(losses, reference, args.plot, args.rtol,
-                    title=f"{os.path.basename(args.config_file)}: raw loss per iteration, {len(layouts)} layouts")
-        print(f"\nwrote {args.plot}")
-    print("\nall layouts match" if all_match else "\nlayouts differ")
-    return EXIT_MATCH if all_match else EXIT_DIFFER
+        path = args.plot if len(args.config_file) == 1 else plot_path(args.plot, config)
+        plot_losses(losses, reference, path, args.rtol,
+                    title=f"{os.path.basename(config)}: raw loss per iteration, {len(layouts)} layouts")
+        print(f"wrote {path}")
+    return all_match
+
+
+def plot_path(plot, config):
+    stem, extension = os.path.splitext(plot)
+    return f"{stem}_{config_name(config)}{extension or '.png'}"
 
 
 def rank_main(argv):
-    """One rank: ``libai-ext-train``'s run plus a ModuleRecorder."""
-    from ..engine import launch as train_net
-    from ..engine.module_recorder import ModuleRecorder, recording_batches
+    """One rank: ``libai-ext-train``'s run plus a ModuleRecorder, for each config of ``RUNS.json`` in turn."""
     from .train_net import parse_args as train_net_args
 
-    args = train_net_args(argv)
+    with open(argv[0]) as f:
+        runs = json.load(f)
+    for run in runs:
+        run_config(train_net_args(["--config-file", run["config_file"], *run["opts"]]))
+    return 0
+
+
+def run_config(args):
+    from ..engine import launch as train_net
+    from ..engine.module_recorder import ModuleRecorder, recording_batches
 
     def main():
         cfg, trainer_cls = train_net.setup(args)
-        if cfg.graph.enabled:
-            raise ValueError("graph.enabled=True: check_equivalence records modules with eager hooks; "
-                             "run it with graph.enabled=False")
+        if cfg.graph.enabled:  # graph modules cannot take eager hooks: losses only
+            train_net.train(cfg, trainer_cls, train_net.build_trainer(cfg, trainer_cls))
+            return
         recorder = ModuleRecorder(cfg.train.output_dir)
         trainer = train_net.build_trainer(cfg, recording_batches(trainer_cls, recorder))
         recorder.attach(trainer)
         train_net.train(cfg, trainer_cls, trainer)
 
     train_net.exit_on_error(main)
-    return 0
 
 
 def build_parser():
     parser = ToolParser(description=DESCRIPTION, overrides=True,
                         epilog=epilog(exit_codes=EXIT_CODES, examples=EXAMPLES))
-    parser.add_argument("--config-file", required=True, metavar="FILE",
-                        help="the LiBai LazyConfig (.py) to run (required)")
+    parser.add_argument("--config-file", required=True, nargs="+", metavar="FILE",
+                        help="the LiBai LazyConfig (.py) to run (required); several are trained one after another "
+                             "in one launch per layout, and compared config by config")
     parser.add_argument("--layouts", nargs="+", required=True, metavar="LAYOUT",
                         help="two or more layouts (see 'layouts' above); the first is the reference, e.g. 1 pp2 "
                              "dp2xpp2 (required)")
@@ -380,7 +436,8 @@ def build_parser():
                         help="where each layout's run and logs are written (default: a new temporary folder)")
     parser.add_argument("--plot", default="", metavar="PNG",
                         help="also write a PNG: every layout's loss curve overlaid, and each one's relative "
-                             "difference from the first layout; needs matplotlib (default: no plot)")
+                             "difference from the first layout; with several configs one PNG each, named "
+                             "<PNG stem>_<config>.png; needs matplotlib (default: no plot)")
     return parser
 
 
@@ -389,9 +446,12 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     if args.iters < 1:
         parser.error("--iters must be at least 1")
-    if not os.path.isfile(args.config_file):
-        parser.error(f"--config-file {args.config_file!r} does not exist")
-    args.config_file = os.path.abspath(args.config_file)
+    for config in args.config_file:
+        if not os.path.isfile(config):
+            parser.error(f"--config-file {config!r} does not exist")
+    args.config_file = [os.path.abspath(config) for config in args.config_file]
+    if len(set(map(config_name, args.config_file))) < len(args.config_file):
+        parser.error("--config-file: two configs share a file name (their runs would share a folder)")
     return args
 
 
