@@ -7,9 +7,9 @@ from .compat import apply_cpu_patches, apply_patches
 from .data import GlobalOrderBatchSampler, KeyedAugmentation
 from .engine import ConsistentBatchTrainer, GlobalMixup, mixup_step, seed_everything, seed_from_config
 from .layers import DropPath, Dropout
-from .random import build_with_seeded_init, recording_init, reinitialize
+from .random import build_with_seeded_init, recording_init, reinitialize, watch_late_parameters
 
 __version__ = "0.1.0"
 __all__ = ["ConsistentBatchTrainer", "DropPath", "Dropout", "GlobalMixup", "GlobalOrderBatchSampler",
            "KeyedAugmentation", "apply_cpu_patches", "apply_patches", "build_with_seeded_init", "mixup_step",
-           "recording_init", "reinitialize", "seed_everything", "seed_from_config"]
+           "recording_init", "reinitialize", "seed_everything", "seed_from_config", "watch_late_parameters"]

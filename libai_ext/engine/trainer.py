@@ -11,7 +11,8 @@ from libai.utils import distributed as dist
 from ..compat import fill_missing_config_keys, get_batch_api
 from ..compat.layout import placement_data_parallel_rank
 from ..layers import name_stochastic_layers
-from ..random import DEFAULT_RANDOMNESS, RNGStateCheckpointer, preserved_rng_state, recording_init, reinitialize
+from ..random import (DEFAULT_RANDOMNESS, RNGStateCheckpointer, preserved_rng_state, recording_init, reinitialize,
+                      watch_late_parameters)
 from .batch import consistent_batch
 from .global_loader import use_global_order, wants_global_order
 from .global_mixup import mixup_step
@@ -113,12 +114,11 @@ class ConsistentBatchTrainer(DefaultTrainer):
 
     @classmethod
     def build_model(cls, cfg):
-        if try_get_key(cfg, "train.randomness", default=DEFAULT_RANDOMNESS) != "layout_invariant":
-            model = super().build_model(cfg)
-        else:
-            model = cls._build_with_seeded_init(cfg)
+        layout_invariant = try_get_key(cfg, "train.randomness", default=DEFAULT_RANDOMNESS) == "layout_invariant"
+        model = cls._build_with_seeded_init(cfg) if layout_invariant else super().build_model(cfg)
         name_stochastic_layers(model)
-        return model
+        # The optimizer gets the parameters right after this: later ones are refused / warned about.
+        return watch_late_parameters(model, refuse=layout_invariant)
 
     @classmethod
     def _build_with_seeded_init(cls, cfg):
@@ -128,10 +128,11 @@ class ConsistentBatchTrainer(DefaultTrainer):
             model = super().build_model(cfg)
         redrawn = reinitialize(model, recorder, seed)
         logger = logging.getLogger(__name__)
-        kinds = sorted({recipe.split("(")[0] for recipe in redrawn.values()})
+        followers = sum("(follows " in recipe for recipe in redrawn.values())
         logger.info("layout_invariant init: %d randomly initialised tensors re-drawn from train.seed=%d, their "
-                    "names and global indices (%s draws, then the model's own ops; other tensors keep their "
-                    "constant init): %s", len(redrawn), seed, "/".join(kinds), ", ".join(redrawn))
+                    "names and global indices (the model's own distributions and ops; %d of them copies or "
+                    "derivations that follow their source; other tensors keep their constant init): %s",
+                    len(redrawn), seed, followers, ", ".join(redrawn))
         for name, recipe in redrawn.items():
             logger.debug("  %s ~ %s", name, recipe)
         return model
