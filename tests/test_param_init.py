@@ -26,6 +26,7 @@ import copy
 import functools
 import logging
 import math
+import threading
 
 import numpy as np
 import oneflow as flow
@@ -273,6 +274,35 @@ def test_a_derivation_that_is_not_replayed_is_refused_by_name(make, message):
         assert f"{__file__}:" in str(error.value) and "(<lambda>)" in str(error.value)  # the call site
 
 
+class InPlaceThroughAView(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(flow.empty(4, 4))
+        nn.init.normal_(self.weight)
+        rows = self.weight.data[:2]
+        self.rows = nn.Parameter(rows.clone())
+        rows.mul_(2)  # changes the weight's memory too: its recipe does not say so
+
+
+class DrawOnAnotherThread(nn.Module):
+    """A thread drawing while the model is built (e.g. a loader's): not part of the model's init."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        thread = threading.Thread(target=lambda: flow.randn(8))
+        thread.start()
+        thread.join()
+
+
+def test_in_place_ops_through_a_view_are_refused_and_other_threads_are_not_recorded():
+    with pytest.raises(RuntimeError, match="weight: replaying normal"):
+        build_with_seeded_init(InPlaceThroughAView, 0)
+    # strict: a draw recorded on the other thread would be a stray draw, refused
+    _, redrawn = build_with_seeded_init(DrawOnAnotherThread, 0)
+    assert sorted(redrawn) == ["fc.bias", "fc.weight"]
+
+
 class Orthogonal(nn.Module):
     def __init__(self):
         super().__init__()
@@ -295,6 +325,29 @@ class StrayDraw(nn.Module):
         self.weight = nn.Parameter(flow.tensor(drawn.numpy()))  # through numpy: the draw's path is lost
 
 
+class DerivedThroughNumpy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        scaled = flow.randn(4, 4) * 2.0
+        self.weight = nn.Parameter(flow.tensor(scaled.numpy()))  # a random value's path lost after an op
+
+
+class FanOfARandomTensor(nn.Module):
+    """Reads an old draw (as torch-style fan helpers do, ``w[0][0].numel()``), then draws again: fine."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(flow.empty(4, 6))
+        nn.init.normal_(self.weight)
+        fan_in = self.weight.size(1) * self.weight[0][0].numel()
+        nn.init.normal_(self.weight, std=fan_in ** -0.5)
+
+
+def test_reading_an_old_draw_before_drawing_again_is_no_stray_draw():
+    _, redrawn = build_with_seeded_init(FanOfARandomTensor, 0)
+    assert redrawn == {"weight": f"normal(0, {6 ** -0.5:.6g})"}
+
+
 class ViewDraw(nn.Module):
     def __init__(self):
         super().__init__()
@@ -306,6 +359,7 @@ class ViewDraw(nn.Module):
     (Orthogonal, "rotation: orthogonal_"),
     (UnwatchedOp, "weight: replaying normal(0, 1)"),
     (StrayDraw, "a random draw that reached no parameter or buffer"),
+    (DerivedThroughNumpy, "a random draw that reached no parameter or buffer"),
     (ViewDraw, "a random draw that reached no parameter or buffer"),
 ])
 def test_what_cannot_be_reproduced_is_refused_by_name(module, message):

@@ -36,6 +36,7 @@ import copy
 import numbers
 import os
 import sys
+import threading
 
 import oneflow as flow
 
@@ -157,6 +158,7 @@ class InitRecorder:
         self._storages = {}
         self._alive = []  # keeps ids unique while recording
         self._busy = False
+        self._thread = threading.get_ident()  # the building thread: other threads' ops are no events
 
     def lookup(self, tensor):
         return self._storages.get(id(tensor))
@@ -188,7 +190,7 @@ class InitRecorder:
 
     def drew(self, tensor, kind, args):
         storage = self.storage(tensor)
-        storage.derived = False
+        storage.derived, storage.consumed = False, False  # new values, gone nowhere yet
         if not all(isinstance(a, numbers.Real) for a in args):
             storage.recipe, storage.unsupported = None, f"{kind} draw with tensor arguments at {_call_site()}"
             return
@@ -201,7 +203,8 @@ class InitRecorder:
 
     def drew_unsupported(self, tensor, what):
         storage = self.storage(tensor)
-        storage.recipe, storage.unsupported, storage.derived = None, f"{what} at {_call_site()}", False
+        storage.recipe, storage.unsupported = None, f"{what} at {_call_site()}"
+        storage.derived, storage.consumed = False, False
 
     def value_op(self, tensor, name, args, kwargs):
         random_args = [s for s in map(self._random, tensors_in(tuple(args) + tuple(kwargs.values()))) if s]
@@ -289,9 +292,10 @@ class InitRecorder:
         site = _call_site()
         unsupported = next((s.unsupported for s in map(self.lookup, sources) if s.unsupported), None)
         if unsupported is not None:
-            reason = f"{name} at {site} of a tensor with {unsupported}"
+            reason = f"{name} at {site} of a value that cannot be reproduced: {unsupported}"
         elif not exact:
-            reason = f"{name} of a random tensor at {site} (an op the recorder does not replay)"
+            reason = f"{name} of a random tensor at {site}, an op that is not replayed (its result may differ " \
+                     f"between layouts)"
         else:
             reason = None
 
@@ -313,9 +317,10 @@ class InitRecorder:
 
 def _guarded(recorder, original, after):
     """``original`` that tells ``after(result, *args, **kwargs)`` unless the recorder is busy
-    (calls nested inside another watched call, or the recorder's own ops, are not events)."""
+    (calls nested inside another watched call, or the recorder's own ops, are not events) or the
+    call comes from another thread (e.g. a data loader's)."""
     def wrapper(*args, **kwargs):
-        if recorder._busy:
+        if recorder._busy or threading.get_ident() != recorder._thread:
             return original(*args, **kwargs)
         recorder._busy = True
         try:
@@ -413,7 +418,8 @@ def _patches(recorder):
 def recording_init():
     """Watch OneFlow's random init while the body builds a model; yields the ``InitRecorder``.
 
-    Not thread-safe: the patches are process-wide while the body runs.
+    The patches are process-wide while the body runs, but only the calling thread's ops are
+    recorded: build the model on the thread that opened the recorder.
     """
     recorder = InitRecorder()
     patches = _patches(recorder)

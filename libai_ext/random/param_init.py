@@ -206,14 +206,29 @@ def _problems(named, recorder, strict):
                  for (name, _, recipe), bad in zip(checked, mismatched) if bad]
     problems += _untracked_copies(named, recorder, checked)
     if strict:
-        reached = {id(recorder.lookup(tensor)) for _, tensor in named}
-        reached_draws = {id(draw) for _, _, recipe in checked for draw in recipe.draws()}
-        stray = sorted({(s.recipe.site if s.recipe is not None else s.unsupported) for s in recorder.storages()
-                        if s.random and not s.derived and not s.consumed and id(s) not in reached
-                        and not (s.recipe is not None and id(s.recipe.root) in reached_draws)})
         problems += [f"a random draw that reached no parameter or buffer by a tracked path: {site}"
-                     for site in stray]
+                     for site in _stray_sites(named, recorder, checked)]
     return problems, checked
+
+
+def _stray_sites(named, recorder, checked):
+    """Where random values were made that went nowhere the recorder saw (their last holder was
+    neither a parameter/buffer nor read by a watched op): an untracked path (numpy, ``item()``)
+    may have carried them into the model."""
+    reached = {id(recorder.lookup(tensor)) for _, tensor in named}
+    reached_draws = {id(draw) for _, _, recipe in checked for draw in recipe.draws()}
+    # Draws some tensor still holds: a value derived from a draw that was overwritten since (e.g.
+    # ``w[0][0]`` to compute a fan before ``w`` is drawn again) is no lost random value.
+    held = {id(s.recipe.root) for s in recorder.storages() if s.recipe is not None and s.recipe.drawn}
+
+    def stray(storage):
+        if not storage.random or storage.consumed or id(storage) in reached:
+            return False
+        if storage.recipe is None:
+            return not storage.derived  # a derivation that cannot be reproduced is judged by its sources
+        draws = {id(draw) for draw in storage.recipe.draws()}
+        return not draws & reached_draws and (storage.recipe.drawn or bool(draws & held))
+    return sorted({s.recipe.site if s.recipe is not None else s.unsupported for s in recorder.storages() if stray(s)})
 
 
 def reinitialize(model, recorder, seed, strict=True):
