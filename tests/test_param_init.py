@@ -243,6 +243,23 @@ def test_a_copy_or_exact_derivation_follows_its_source(make, same):
     np.testing.assert_array_equal(model.source.numpy(), alone.source.numpy())
 
 
+class InPlaceOperator(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(flow.empty(64, 64))
+        nn.init.normal_(self.weight)
+        values = self.weight.data
+        values *= 0.5  # Tensor.__imul__: an in-place op like mul_
+        values -= 1.0
+
+
+def test_in_place_operators_are_replayed():
+    model, redrawn = build_with_seeded_init(InPlaceOperator, 2)
+    assert redrawn["weight"] == "normal(0, 1).mul_.sub_"
+    weight = model.weight.numpy()
+    assert abs(weight.std() - 0.5) < 0.02 and abs(weight.mean() + 1.0) < 0.02
+
+
 def test_a_buffer_copy_follows_too():
     model, redrawn = build_with_seeded_init(lambda: Copied(lambda w: w.clone() * 2, buffer=True), 11)
     np.testing.assert_array_equal(model.copy.numpy(), model.source.numpy() * 2)
