@@ -19,7 +19,8 @@ layout, configs/swin_digits_cpu.py's model built as ConsistentBatchTrainer build
 bit-identical initial weights to 1 rank, while the same builds without the re-draw
 (train.randomness="fast", and stock LiBai's DefaultTrainer) differ on the tensor-parallel ones;
 LiBai's own GPT, BERT, ViT and T5 (tiny) are bit-identical too; and a LiBai ViT's EMA teacher
-(copy.deepcopy) and a load_state_dict copy equal their student on every layout.  The long tier
+(copy.deepcopy) and a load_state_dict copy equal their student on every layout, as ``w * 0.5``
+and ``flow.cat([w, w])`` of its tensor-parallel weight ``w`` equal those ops on ``w``.  The long tier
 adds tp2, pp2 and dp2 alone (one 2-rank launch).
 """
 import copy
@@ -498,6 +499,8 @@ def check_layout(nproc, layouts, layout):
     ema = records[layout, "ema", "layout_invariant"]
     assert all(r["differ_from_student"] == {"teacher": [], "loaded": []} and r["compared"] > 0
                for r in ema.values()), ema
+    derived = [r["derived_exact"] for r in ema.values() if r["derived_exact"] is not None]
+    assert derived and all(d == {"halved": True, "joined": True} for d in derived), ema
     assert parallel[layout, "ema", "layout_invariant"] == single["1", "ema", "layout_invariant"]
 
 
@@ -505,10 +508,12 @@ def test_one_rank_reference_copies_follow_and_late_parameters_are_named():
     single, records = reference()
     ema = records["1", "ema", "layout_invariant"][0]
     assert ema["differ_from_student"] == {"teacher": [], "loaded": []} and ema["compared"] == 32
+    assert ema["derived_exact"] == {"halved": True, "joined": True}
     random = sorted(n[len("student."):] for n, (_, std) in single["1", "ema", "layout_invariant"].items()
                     if n.startswith("student.") and std > 0)
     assert len(random) == 13  # ViT: 4 weights x 2 blocks, cls token, pos embed, patch conv weight+bias, head
-    assert ema["followers"] == sorted(f"{copy}.{n}" for copy in ("loaded", "teacher") for n in random)
+    assert ema["followers"] == sorted(["halved", "joined"] + [f"{copy}.{n}" for copy in ("loaded", "teacher")
+                                                              for n in random])
     refused = records["1", "late", "layout_invariant"][0]
     assert "lazy_scale" in refused["raised"] and "never trained" in refused["raised"]
     warned = records["1", "late", "fast"][0]

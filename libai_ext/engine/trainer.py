@@ -88,7 +88,11 @@ class ConsistentBatchTrainer(DefaultTrainer):
     Initial weights: under ``train.randomness="layout_invariant"`` (the default) every randomly
     initialised parameter is re-drawn from ``train.seed``, its qualified name and each element's
     global index, with the distribution the model's code asked for: the same initial model on
-    1 rank and on any (dp, tp, pp) layout.  ``train.load_weight`` is loaded whenever training does not resume
+    1 rank and on any (dp, tp, pp) layout.  Copies (a ``copy.deepcopy``'d EMA teacher, ``clone``,
+    ``load_state_dict``) and exact derivations follow their source (docs/init.md).  A parameter
+    that appears after ``build_model`` (created in ``forward``) is never trained, as the
+    optimizer is built right after: refused at the first forward (warned about under
+    ``"fast"``).  ``train.load_weight`` is loaded whenever training does not resume
     (LiBai 0.1.1 ignores it without ``--resume``).  ``--resume`` with a larger
     ``train.train_iter`` continues a finished run (``last_checkpoint`` = ``model_final``).
 

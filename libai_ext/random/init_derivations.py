@@ -10,7 +10,9 @@ and sorts each op that reads a random tensor into one of three kinds:
   the new tensor shares its source's recipe, so it gets the very same re-drawn values;
 * exact derivations (``EXACT_METHODS``, ``EXACT_FUNCTIONS``: element-wise ops, indexing,
   views, reshapes, concatenation): a ``Derived`` recipe that re-runs the op on the re-drawn
-  sources.  These ops give every element from the same elements on any layout, bit for bit;
+  sources.  Indexing, views, reshapes and concatenation move values without arithmetic;
+  element-wise ops compute each element from the same elements whatever the layout (as the
+  in-place ops replayed after a draw, e.g. ``erfinv_``, already do);
 * everything else that is watched (``REFUSED_METHODS``, ``REFUSED_FUNCTIONS``: reductions,
   products, sorting, leaving the global view): the result is marked, and ``param_init``
   refuses a parameter or buffer that ends up with it, naming it and the call site.  A sum

@@ -6,9 +6,10 @@ so that OneFlow's start-up is paid once.  Per layout, one record per build:
 * ``swin``: configs/swin_digits_cpu.py's model from ``ConsistentBatchTrainer.build_model`` with
   train.randomness "layout_invariant" and "fast", and LiBai's ``DefaultTrainer.build_model`` (stock);
 * ``gpt``, ``bert``, ``vit``, ``t5``: LiBai's own models (tiny) inside ``build_with_seeded_init``;
-* ``ema``: a LiBai ViT student with an EMA teacher made by ``copy.deepcopy`` and a second copy
-  made by ``load_state_dict``, inside ``build_with_seeded_init``; the record says whether both
-  copies equal the student, element for element, on this layout;
+* ``ema``: a LiBai ViT student with an EMA teacher made by ``copy.deepcopy``, a second copy made
+  by ``load_state_dict`` and ``w * 0.5``, ``flow.cat([w, w])`` of a split weight ``w``, inside
+  ``build_with_seeded_init``; the record says whether the copies equal the student and the
+  derived tensors equal those ops on the student's weight, element for element, on this layout;
 * ``late`` (with ``--late``): ``ConsistentBatchTrainer.build_model`` of a model that creates a
   parameter in its first forward, under both modes: what the first forward raised or logged.
 
@@ -24,6 +25,7 @@ import os
 import re
 import time
 
+import numpy as np
 import oneflow as flow
 from libai.config import LazyCall, LazyConfig
 from libai.engine import DefaultTrainer
@@ -63,8 +65,9 @@ LIBAI_MODELS = {
 
 
 class EMAPair(nn.Module):
-    """A student, its EMA teacher (``copy.deepcopy``, as MoCo, BYOL and DINO make one) and a
-    copy loaded with ``load_state_dict`` from the student (built in the same recording)."""
+    """A student, its EMA teacher (``copy.deepcopy``, as MoCo, BYOL and DINO make one), a copy
+    loaded with ``load_state_dict`` from the student (built in the same recording), and two
+    tensors derived from a tensor-parallel (split) weight of the student."""
 
     def __init__(self):
         super().__init__()
@@ -72,6 +75,9 @@ class EMAPair(nn.Module):
         self.teacher = copy.deepcopy(self.student)
         self.loaded = tiny_vit()
         self.loaded.load_state_dict(self.student.state_dict())
+        weight = self.student.blocks[0].mlp.dense_h_to_4h.weight
+        self.halved = nn.Parameter(weight * 0.5)
+        self.joined = nn.Parameter(flow.cat([weight, weight]))
 
 
 class LateParameter(nn.Module):
@@ -148,8 +154,13 @@ def build_ema(layout):
     student = {n[len("student."):]: d for n, d in weights.items() if n.startswith("student.")}
     copies = {copy_name: sorted(n for n, d in student.items() if weights[f"{copy_name}.{n}"] != d)
               for copy_name in ("teacher", "loaded")}
+    weight = full_value(model.student.blocks[0].mlp.dense_h_to_4h.weight)
+    derived = None
+    if weight is not None:  # this rank holds the first block's stage
+        derived = {"halved": bool((full_value(model.halved) == weight * 0.5).all()),
+                   "joined": bool((full_value(model.joined) == np.concatenate([weight, weight])).all())}
     write_rank_result(layout=layout, model="ema", build="layout_invariant", weights=weights,
-                      compared=len(student), differ_from_student=copies,
+                      compared=len(student), differ_from_student=copies, derived_exact=derived,
                       followers=sorted(n for n, recipe in redrawn.items() if "(follows student." in recipe),
                       seconds=time.perf_counter() - start)
 
