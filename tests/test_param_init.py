@@ -389,7 +389,8 @@ def test_what_cannot_be_reproduced_is_refused_by_name(module, message):
 def test_patches_are_removed_even_after_an_error():
     T = flow.Tensor
     watched = ((flow, "normal"), (flow._C, "uniform_"), (flow, "cat"), (T, "mul_"), (T, "__setitem__"),
-               (T, "__mul__"), (T, "__getitem__"), (T, "clone"), (T, "detach"), (T, "T"), (flow.nn.Parameter, "__init__"))
+               (T, "__mul__"), (T, "__getitem__"), (T, "clone"), (T, "detach"), (T, "T"),
+               (flow.nn.Parameter, "__init__"))
     originals = [owner.__dict__[name] for owner, name in watched]
     with pytest.raises(ValueError):
         with recording_init():

@@ -1,4 +1,4 @@
-"""On every rank, for each layout of ``--layouts`` in turn: build models as a trainer does, report their initial weights.
+"""On every rank, for each layout of ``--layouts`` in turn: build models as a trainer does, report their weights.
 
 One launch covers several layouts of its world size (LiBai's layout is set up again for each),
 so that OneFlow's start-up is paid once.  Per layout, one record per build:
