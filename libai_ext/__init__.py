@@ -20,6 +20,7 @@ _EXPORTS = {
     "seed_everything": ".engine", "seed_from_config": ".engine",
     "DropPath": ".layers", "Dropout": ".layers",
     "build_with_seeded_init": ".random", "recording_init": ".random", "reinitialize": ".random",
+    "watch_late_parameters": ".random", "convert_stochastic_layers": ".layers", "drawing_step": ".random.draws",
 }
 _SUBPACKAGES = ("cli", "compat", "data", "engine", "layers", "models", "random", "testing")
 __all__ = sorted(_EXPORTS, key=str.lower)

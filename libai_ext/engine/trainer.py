@@ -11,7 +11,8 @@ from libai.utils import distributed as dist
 from ..compat import fill_missing_config_keys, get_batch_api
 from ..compat.layout import placement_data_parallel_rank
 from ..layers import convert_stochastic_layers, name_stochastic_layers, stochastic_ops
-from ..random import DEFAULT_RANDOMNESS, RNGStateCheckpointer, preserved_rng_state, recording_init, reinitialize
+from ..random import (DEFAULT_RANDOMNESS, RNGStateCheckpointer, preserved_rng_state, recording_init, reinitialize,
+                      watch_late_parameters)
 from ..random.audit import audit_stochastic_ops
 from ..random.draws import drawing_step
 from .batch import consistent_batch
@@ -90,7 +91,11 @@ class ConsistentBatchTrainer(DefaultTrainer):
     Initial weights: under ``train.randomness="layout_invariant"`` (the default) every randomly
     initialised parameter is re-drawn from ``train.seed``, its qualified name and each element's
     global index, with the distribution the model's code asked for: the same initial model on
-    1 rank and on any (dp, tp, pp) layout.  ``train.load_weight`` is loaded whenever training does not resume
+    1 rank and on any (dp, tp, pp) layout.  Copies (a ``copy.deepcopy``'d EMA teacher, ``clone``,
+    ``load_state_dict``) and exact derivations follow their source (docs/init.md).  A parameter
+    that appears after ``build_model`` (created in ``forward``) is never trained, as the
+    optimizer is built right after: refused at the first forward (warned about under
+    ``"fast"``).  ``train.load_weight`` is loaded whenever training does not resume
     (LiBai 0.1.1 ignores it without ``--resume``).  ``--resume`` with a larger
     ``train.train_iter`` continues a finished run (``last_checkpoint`` = ``model_final``).
 
@@ -141,7 +146,8 @@ class ConsistentBatchTrainer(DefaultTrainer):
         stochastic_ops.watch_model(model)
         audit_stochastic_ops(model, randomness)
         stochastic_ops.route_stochastic_ops()
-        return model
+        # The optimizer gets the parameters right after this: later ones are refused / warned about.
+        return watch_late_parameters(model, refuse=randomness == "layout_invariant")
 
     @classmethod
     def _build_with_seeded_init(cls, cfg):
@@ -151,10 +157,11 @@ class ConsistentBatchTrainer(DefaultTrainer):
             model = super().build_model(cfg)
         redrawn = reinitialize(model, recorder, seed)
         logger = logging.getLogger(__name__)
-        kinds = sorted({recipe.split("(")[0] for recipe in redrawn.values()})
+        followers = sum("(follows " in recipe for recipe in redrawn.values())
         logger.info("layout_invariant init: %d randomly initialised tensors re-drawn from train.seed=%d, their "
-                    "names and global indices (%s draws, then the model's own ops; other tensors keep their "
-                    "constant init): %s", len(redrawn), seed, "/".join(kinds), ", ".join(redrawn))
+                    "names and global indices (the model's own distributions and ops; %d of them copies or "
+                    "derivations that follow their source; other tensors keep their constant init): %s",
+                    len(redrawn), seed, followers, ", ".join(redrawn))
         for name, recipe in redrawn.items():
             logger.debug("  %s ~ %s", name, recipe)
         return model
