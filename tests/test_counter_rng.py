@@ -299,3 +299,56 @@ def test_a_mask_keeps_at_its_rate_and_its_neighbours_are_independent():
     for a, b in ((mask[:, 1:], mask[:, :-1]), (mask[1:], mask[:-1])):
         corr = np.corrcoef(a.ravel().astype(float), b.ravel().astype(float))[0, 1] * np.sqrt(a.size)
         assert abs(corr) < 5
+
+
+# ---- the host kernel (eager CPU masks) ---------------------------------------------------------------
+
+def kernel():
+    from libai_ext.random import counter_rng
+
+    assert counter_rng._counter_kernel is not None, "the host kernel was not built (pip install -e . builds it)"
+    return counter_rng._counter_kernel
+
+
+@pytest.mark.parametrize("shape, lo, hi", [
+    ((7,), (0,), (7,)), ((64, 12), (1, 3), (3, 4)), ((4, 5, 6, 7), (1, 0, 2, 0), (3, 5, 3, 7)),
+    ((2 ** 20, 2 ** 13), (2 ** 20 - 3, 5), (2 ** 20, 9)),
+])
+def test_the_host_kernel_computes_the_specifications_bits(shape, lo, hi):
+    from libai_ext.random.global_index import slice_terms
+
+    out = np.empty([b - a for a, b in zip(lo, hi)], dtype=np.int32)
+    kernel().bits(out, slice_terms(shape, lo, hi), [k & spec.MASK32 for k in KEYS])
+    if np.prod(shape) < 2 ** 32:
+        expected = spec_bits(box_indices(shape, lo, hi))
+    else:
+        rows = np.arange(lo[0], hi[0], dtype=np.uint64)[:, None] * np.uint64(shape[1])
+        expected = spec_bits(rows + np.arange(lo[1], hi[1], dtype=np.uint64)[None, :])
+    np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("rows", [None, (2, 1, 2)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_host_masks_equal_the_int32_ops_masks(monkeypatch, rows, dtype):
+    """Eager CPU ranks draw with the host kernel, graphs and GPUs with int32 ops: one mask."""
+    from libai_ext.random import counter_rng
+
+    kernel()
+    dtype = getattr(flow, dtype)
+    rows = StepRows(*rows) if rows else None
+    shape, lo, hi = (8, 6, 5), (2, 1, 0), (6, 5, 5)
+    host = counter_rng.local_keep_mask(shape, lo, hi, KEYS, 0.3, 1 / 0.7, "cpu", dtype, rows)
+    monkeypatch.setattr(counter_rng, "_counter_kernel", None)
+    ops = counter_rng.local_keep_mask(shape, lo, hi, KEYS, 0.3, 1 / 0.7, "cpu", dtype, rows)
+    assert host.dtype == ops.dtype == dtype
+    np.testing.assert_array_equal(host.numpy(), ops.numpy())
+    assert 0 < np.count_nonzero(host.numpy()) < host.numpy().size
+
+
+def test_the_host_kernel_refuses_bad_buffers():
+    with pytest.raises(ValueError, match="float32 or float64 buffer of 6 elements"):
+        kernel().keep_mask(np.empty(5, np.float32), [np.arange(6, dtype=np.int64)], [1, 0, 1, 1, 1], 0, 1.0)
+    with pytest.raises(TypeError, match="int64"):
+        kernel().bits(np.empty(6, np.int32), [np.arange(6, dtype=np.int32)], [1, 0, 1, 1, 1])
+    with pytest.raises(ValueError, match=r"\(C, a, d1, d2, d3\)"):
+        kernel().bits(np.empty(6, np.int32), [np.arange(6, dtype=np.int64)], [1, 0, 1])

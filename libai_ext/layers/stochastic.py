@@ -31,7 +31,7 @@ from oneflow.nn.graph.proxy import ProxyModule
 
 from ..random import draws, modes
 from ..random.counter_rng import (
-    call_keys, keep_mask, keep_threshold, local_counter_bits, shard_box, stream_keys, stream_words,
+    call_keys, keep_mask, local_keep_mask, shard_box, stream_keys, stream_words,
 )
 from ..random.shard_rng import shard_coordinates, shard_generator
 from . import graph_calls
@@ -107,21 +107,21 @@ class _CounterStream(nn.Module):
 
     def _counter_mask(self, x, shape, sbp, keys, rows):
         """0 or 1/(1-p) per element, laid out like ``x`` (``P`` read as ``B``)."""
-        scale = self.scale
         if not x.is_global:
-            return keep_mask(shape, self.rate, keys, device=x.device, rows=rows).to(x.dtype) * scale
+            return local_keep_mask(shape, [0] * len(shape), shape, keys, self.rate, self.scale, x.device, x.dtype,
+                                   rows)
         sbp = _replicated(sbp)
-        # Eager: this rank's slice from local ops (cheaper to launch), written into the local
-        # part of a global tensor: no communication, whatever the placement.
+        # Eager: this rank's slice (one host loop on CPU, local ops elsewhere), written into the
+        # local part of a global tensor: no communication, whatever the placement.
         mask = flow.empty(shape, dtype=x.dtype, placement=x.placement, sbp=sbp)
         box = shard_box(shape, x.placement, sbp)
         if box is not None:
             target = mask.to_local()
-            bits = local_counter_bits(shape, *box, keys, device=target.device, rows=rows)
-            if tuple(bits.shape) != tuple(target.shape):
-                raise RuntimeError(f"{type(self).__name__}: shard {tuple(bits.shape)} computed for sbp {sbp} "
+            local = local_keep_mask(shape, *box, keys, self.rate, self.scale, target.device, x.dtype, rows)
+            if tuple(local.shape) != tuple(target.shape):
+                raise RuntimeError(f"{type(self).__name__}: shard {tuple(local.shape)} computed for sbp {sbp} "
                                    f"on {x.placement}, OneFlow holds {tuple(target.shape)}")
-            flow._C.assign_local_tensor(target, (bits >= keep_threshold(self.rate)).to(x.dtype) * scale)
+            flow._C.assign_local_tensor(target, local)
         return mask
 
     def _drop_native(self, x, draw, mask_shape, mask_sbp):

@@ -35,6 +35,12 @@ import oneflow as flow
 from . import counter_spec, global_index
 from .counter_spec import HI_MULTIPLIERS, KEY_WORDS, to_signed
 
+try:  # built by `pip install` where a C compiler exists (setup.py); the int32 ops otherwise
+    from . import _counter_kernel
+except ImportError:
+    _counter_kernel = None
+_HOST_DTYPES = {flow.float32: np.float32, flow.float64: np.float64}
+
 _INT32 = 2 ** 32
 
 
@@ -141,6 +147,28 @@ def local_counter_bits(shape, lo, hi, keys, device=None, rows=None):
 
 
 shard_box = global_index.shard_box
+
+
+def host_kernel_serves(device, dtype):
+    """Whether ``local_keep_mask`` runs the fused host loop here: a CPU tensor of float32/64 and
+    the compiled kernel present."""
+    kind = device if isinstance(device, str) else device.type
+    return _counter_kernel is not None and kind.split(":")[0] == "cpu" and dtype in _HOST_DTYPES
+
+
+def local_keep_mask(shape, lo, hi, keys, rate, scale, device=None, dtype=flow.float32, rows=None):
+    """The slice ``[lo, hi)`` of a global tensor's dropout mask as a local tensor of ``dtype``: ``scale``
+    where kept, 0 where dropped; the bits of ``counter_bits``.  On CPU one fused host loop writes it
+    (``_counter_kernel``); elsewhere the int32 ops do."""
+    device = device or "cpu"
+    if not host_kernel_serves(device, dtype):
+        bits = local_counter_bits(shape, lo, hi, keys, device=device, rows=rows)
+        return (bits >= keep_threshold(rate)).to(dtype) * scale
+    local_shape = [int(b) - int(a) for a, b in zip(lo, hi)]
+    values = np.empty(local_shape, dtype=_HOST_DTYPES[dtype])
+    _counter_kernel.keep_mask(values, global_index.slice_terms(shape, lo, hi, rows), keys, keep_threshold(rate),
+                              float(scale))
+    return flow.from_numpy(values)  # shares the array's memory: no copy
 
 
 def keep_threshold(rate):

@@ -226,6 +226,21 @@ def _slice_index(shape, lo, hi, keys, device):
     return x0, (_high_words(vectors, strides, len(shape)) if large else None)
 
 
+def slice_terms(shape, lo, hi, rows=None):
+    """Per dimension, an int64 numpy vector: each local position's contribution to the global flat
+    index of the box ``[lo, hi)`` (``rows``: dim 0 numbered by its place in the step), for the host
+    kernel (``counter_rng.local_keep_mask``)."""
+    shape = tuple(int(s) for s in shape) or (1,)
+    lo, hi = ([int(v) for v in lo], [int(v) for v in hi]) if len(lo) else ([0], [1])
+    virtual = (shape[0] * rows.micro_batches,) + shape[1:] if rows is not None else shape
+    strides = _strides(virtual)
+    terms = [np.arange(lo[d], hi[d], dtype=np.int64) * strides[d] for d in range(len(shape))]
+    if rows is not None:
+        terms[0] = np.concatenate([np.arange(position, position + stop - start, dtype=np.int64)
+                                   for start, stop, position in rows.pieces(shape[0], lo[0], hi[0])]) * strides[0]
+    return terms
+
+
 def keyed_slice(shape, lo, hi, keys, device=None, rows=None):
     """``[(x0, hi words)]`` of this rank's box ``[lo, hi)`` of a global tensor of ``shape``: one
     entry, or with ``rows`` one per contiguous run of step positions along dim 0 (to concatenate)."""
