@@ -5,6 +5,7 @@ dataset holds per sample (so a sample reads the same on any rank, in any worker)
 ``collate_fn`` that draws, naming it.  LiBai's BERT dataset, which builds ``RandomState(seed + idx)``
 inside ``__getitem__``, is already keyed per sample and passes untouched.
 """
+import inspect
 import logging
 import random
 
@@ -139,7 +140,7 @@ def test_outside_the_global_order_owned_generators_are_named(caplog):
 
 @pytest.fixture(scope="module")
 def bert_dataset(tmp_path_factory):
-    """LiBai's BertDataset over a 20-document mmap corpus written with LiBai's own builder."""
+    """LiBai's BertDataset (either line's) over a 20-document mmap corpus written with LiBai's own builder."""
     from libai.data.data_utils.indexed_dataset import MMapIndexedDatasetBuilder, make_dataset
     from libai.data.datasets.bert_dataset import BertDataset
     from libai.tokenizer import BertTokenizer
@@ -154,8 +155,11 @@ def bert_dataset(tmp_path_factory):
             builder.add_item(flow.tensor(rng.randint(5, 45, size=rng.randint(3, 8)), dtype=flow.int32))
         builder.end_document()
     builder.finalize(prefix + ".idx")
-    return BertDataset(BertTokenizer(str(folder / "vocab.txt")), prefix, make_dataset(prefix, "mmap", True),
-                       max_seq_length=24, binary_head=True)
+    tokenizer, corpus = BertTokenizer(str(folder / "vocab.txt")), make_dataset(prefix, "mmap", True)
+    if "max_num_samples" in inspect.signature(BertDataset).parameters:  # LiBai main
+        return BertDataset("train", tokenizer, corpus, prefix, max_num_samples=20, mask_lm_prob=0.15,
+                           max_seq_length=24)
+    return BertDataset(tokenizer, prefix, corpus, max_seq_length=24, binary_head=True)
 
 
 def test_libai_bert_dataset_is_keyed_already_and_not_refused(bert_dataset):
