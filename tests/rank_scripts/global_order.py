@@ -42,7 +42,7 @@ from libai_ext import ConsistentBatchTrainer, GlobalOrderBatchSampler, seed_ever
 from libai_ext.compat import fill_missing_config_keys
 from libai_ext.compat.layout import placement_data_parallel_rank
 from libai_ext.data import CIFAR100Folder, cifar_test_transform
-from libai_ext.data.ordered_loader import batch_position
+from libai_ext.data.ordered_loader import GlobalOrderLoader, batch_position
 from libai_ext.data.transforms import CIFAR100_TRAIN_MEAN, CIFAR100_TRAIN_STD
 from libai_ext.testing import write_rank_result
 
@@ -120,16 +120,20 @@ def record(variant, trainer, loader, steps, first=0):
 
 
 def record_loader_batches(variant, loader, batches):
-    """Each stage-0 rank: its own ``batches`` loader batches, with where each lies in its global batch."""
-    iterator = iter(loader)
-    for _ in range(batches):
-        data = next(iterator)
-        where = batch_position(data)
-        local = getattr(data, "batch", data)  # stage-0-only loading wraps the batch
-        if on_stage0():
+    """Each stage-0 rank: its own ``batches`` loader batches, with where each lies in its global batch.
+
+    Read from the global-order loader itself, under whatever the trainer wraps it in (stage-0-only
+    loading; ranks outside stage 0 read nothing)."""
+    while not isinstance(loader, GlobalOrderLoader):
+        loader = loader.loader
+    if on_stage0():
+        iterator = iter(loader)
+        for _ in range(batches):
+            data = next(iterator)
+            where = batch_position(data)
             write_rank_result(variant=variant, step=where.step, micro_step=where.micro_step, first=where.first_position,
-                              indices=local.get("indices").tensor.numpy().tolist(),
-                              images=[_digest(img) for img in local.get("images").tensor.numpy()])
+                              indices=data.get("indices").tensor.numpy().tolist(),
+                              images=[_digest(img) for img in data.get("images").tensor.numpy()])
     return batches
 
 
@@ -207,7 +211,9 @@ def main():
 
 def _whole_steps(loader):
     """LiBai 0.1.1's graph loader: one batch holds a rank's whole slice of a global batch."""
-    return getattr(loader, "loader", loader).sampler.whole_step
+    while not isinstance(loader, GlobalOrderLoader):
+        loader = loader.loader
+    return loader.sampler.whole_step
 
 
 if __name__ == "__main__":
