@@ -1,4 +1,4 @@
-import importlib.util
+import importlib
 import os
 import sys
 
@@ -15,11 +15,8 @@ RANK_SCRIPTS = os.path.join(ROOT, "tests", "rank_scripts")
 
 
 def load_tool(name):
-    """tools/<name>.py as a module (the tools are scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "tools", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The module behind tools/<name>.py: ``libai_ext.cli.<name>`` (the script is a thin wrapper of it)."""
+    return importlib.import_module(f"libai_ext.cli.{name}")
 
 
 def rank_script(name):

@@ -21,6 +21,7 @@ save and restore.  So the loader takes the sampler as ``sampler`` with ``batch_s
 """
 from oneflow.utils.data import Dataset
 
+from ..random.oneflow_draws import watch_oneflow_draws
 from ..random.sample_keys import owned_generator_seed, preserved_streams, seed_batch_streams, seed_streams
 
 
@@ -30,6 +31,7 @@ class KeyedAugmentation(Dataset):
         self.seed = int(seed)
         self.collate_fn = collate_fn
         self.owned_generators = tuple(owned_generators)
+        watch_oneflow_draws()  # samples that draw nothing from OneFlow need no wait (sample_keys)
 
     def __len__(self):
         return len(self.dataset)

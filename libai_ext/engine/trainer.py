@@ -11,13 +11,17 @@ from libai.utils import distributed as dist
 from ..compat import fill_missing_config_keys, get_batch_api
 from ..compat.layout import placement_data_parallel_rank
 from ..data.position import KEY as DATA_POSITION
-from ..layers import name_stochastic_layers
-from ..random import DEFAULT_RANDOMNESS, RNGStateCheckpointer, preserved_rng_state, recording_init, reinitialize
+from ..layers import convert_stochastic_layers, name_stochastic_layers, stochastic_ops
+from ..random import (DEFAULT_RANDOMNESS, RNGStateCheckpointer, preserved_rng_state, recording_init, reinitialize,
+                      watch_late_parameters)
+from ..random.audit import audit_stochastic_ops
+from ..random.draws import drawing_step
 from .batch import consistent_batch
+from .config_checks import recording_layer_indices, warn_on_pipeline_layer_mismatch
 from .global_loader import layout_invariant, order_train_loaders, use_global_test_order, wants_global_order
-from .global_mixup import mixup_step
 from .resume import continue_finished_run, load_checkpoint_or_weights
 from .stage0_loading import Stage0Batch, Stage0OnlyLoader
+from .step_batches import StepBatchLoader, StepMicroBatch
 
 
 @contextlib.contextmanager
@@ -91,7 +95,11 @@ class ConsistentBatchTrainer(DefaultTrainer):
     Initial weights: under ``train.randomness="layout_invariant"`` (the default) every randomly
     initialised parameter is re-drawn from ``train.seed``, its qualified name and each element's
     global index, with the distribution the model's code asked for: the same initial model on
-    1 rank and on any (dp, tp, pp) layout.  ``train.load_weight`` is loaded whenever training does not resume
+    1 rank and on any (dp, tp, pp) layout.  Copies (a ``copy.deepcopy``'d EMA teacher, ``clone``,
+    ``load_state_dict``) and exact derivations follow their source (docs/init.md).  A parameter
+    that appears after ``build_model`` (created in ``forward``) is never trained, as the
+    optimizer is built right after: refused at the first forward (warned about under
+    ``"fast"``).  ``train.load_weight`` is loaded whenever training does not resume
     (LiBai 0.1.1 ignores it without ``--resume``).  ``--resume`` with a larger
     ``train.train_iter`` continues a finished run (``last_checkpoint`` = ``model_final``).
 
@@ -117,18 +125,39 @@ class ConsistentBatchTrainer(DefaultTrainer):
             position.check_resumed(resumed)
 
     def run_step(self):
-        # get_batch is a classmethod LiBai calls without the iteration: hand it over here.
-        with mixup_step(self.iter):
+        # get_batch is a classmethod LiBai calls without the iteration: hand it over here, and
+        # tell the stochastic layers which draw of which step this is (libai_ext.random.draws).
+        with drawing_step(**self._draw_position()):
             super().run_step()
+
+    def _draw_position(self):
+        """The global step and micro-batch of this iteration: in eager mode LiBai counts micro-steps
+        (``train_iter`` is multiplied by the accumulation), a graph takes a whole step per call."""
+        data_parallel = dist.get_dist_util().data_parallel_size
+        accumulation = try_get_key(self.cfg, "train.num_accumulation_steps", default=1) or 1
+        if try_get_key(self.cfg, "graph.enabled", default=False):
+            return dict(step=self.iter, data_parallel=data_parallel)  # GraphBase numbers the micro-batches
+        return dict(step=self.iter // accumulation, micro=self.iter % accumulation, micro_batches=accumulation,
+                    data_parallel=data_parallel)
 
     @classmethod
     def build_model(cls, cfg):
-        if try_get_key(cfg, "train.randomness", default=DEFAULT_RANDOMNESS) != "layout_invariant":
-            model = super().build_model(cfg)
-        else:
-            model = cls._build_with_seeded_init(cfg)
+        randomness = try_get_key(cfg, "train.randomness", default=DEFAULT_RANDOMNESS)
+        with recording_layer_indices(cfg) as layer_indices:  # train.dist.pipeline_num_layers vs the model
+            if randomness != "layout_invariant":
+                model = super().build_model(cfg)
+            else:
+                model = cls._build_with_seeded_init(cfg)
+        warn_on_pipeline_layer_mismatch(cfg, model, layer_indices)
+        converted = convert_stochastic_layers(model)
+        if converted:
+            logging.getLogger(__name__).info("stochastic layers under libai_ext's streams: %s", ", ".join(converted))
         name_stochastic_layers(model)
-        return model
+        stochastic_ops.watch_model(model)
+        audit_stochastic_ops(model, randomness)
+        stochastic_ops.route_stochastic_ops()
+        # The optimizer gets the parameters right after this: later ones are refused / warned about.
+        return watch_late_parameters(model, refuse=randomness == "layout_invariant")
 
     @classmethod
     def _build_with_seeded_init(cls, cfg):
@@ -138,10 +167,11 @@ class ConsistentBatchTrainer(DefaultTrainer):
             model = super().build_model(cfg)
         redrawn = reinitialize(model, recorder, seed)
         logger = logging.getLogger(__name__)
-        kinds = sorted({recipe.split("(")[0] for recipe in redrawn.values()})
+        followers = sum("(follows " in recipe for recipe in redrawn.values())
         logger.info("layout_invariant init: %d randomly initialised tensors re-drawn from train.seed=%d, their "
-                    "names and global indices (%s draws, then the model's own ops; other tensors keep their "
-                    "constant init): %s", len(redrawn), seed, "/".join(kinds), ", ".join(redrawn))
+                    "names and global indices (the model's own distributions and ops; %d of them copies or "
+                    "derivations that follow their source; other tensors keep their constant init): %s",
+                    len(redrawn), seed, followers, ", ".join(redrawn))
         for name, recipe in redrawn.items():
             logger.debug("  %s ~ %s", name, recipe)
         return model
@@ -160,7 +190,7 @@ class ConsistentBatchTrainer(DefaultTrainer):
         device is honoured as main's stock does (mixup and placements on that device).
         """
         device_type, mixup_func = get_batch_api.split_arguments(args, kwargs)
-        if isinstance(data, Stage0Batch):
+        if isinstance(data, (Stage0Batch, StepMicroBatch)):
             return data.to_global(mixup_func, device_type)
         return consistent_batch(data, mixup_func, device_type)
 
@@ -172,11 +202,14 @@ class ConsistentBatchTrainer(DefaultTrainer):
             train, valid, test = super().build_train_loader(cfg, tokenizer)
         check_mixup_func(train)
         train, valid, test = order_train_loaders(cfg, train, valid, test, global_order)
+        position = getattr(train, "data_position", None)
         if try_get_key(cfg, "train.stage0_only_loading", default=True) and \
                 dist.get_dist_util().pipeline_parallel_size > 1:
-            position = getattr(train, "data_position", None)
             train = Stage0OnlyLoader(train)
-            train.data_position = position
+        accumulation = try_get_key(cfg, "train.num_accumulation_steps", default=1) or 1
+        if global_order and accumulation > 1 and not try_get_key(cfg, "graph.enabled", default=False):
+            train = StepBatchLoader(train, accumulation)  # one global batch per step, mixed as one
+        train.data_position = position  # the checkpointable, on whatever wraps the loader
         return train, valid, test
 
     @classmethod

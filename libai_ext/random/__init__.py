@@ -5,7 +5,9 @@
 * ``counter_rng``: layout-invariant bits, a hash of (seed, stream, counter, global position);
 * ``shard_rng``: OneFlow generators seeded per shard (the "fast" mode);
 * ``rng_state``: the per-rank generator state saved with checkpoints;
-* ``init_recipes`` / ``param_init``: initial weights from the seed and names alone.
+* ``init_recipes`` / ``init_derivations`` / ``param_init``: initial weights from the seed and names
+  alone (copies and exact derivations follow their source);
+* ``late_parameters``: parameters that appear after ``build_model`` (never trained) refused or warned about;
 * ``sample_keys``: the data order per (seed, epoch) and each sample's augmentation streams;
 * ``index_shuffle``: the keyed permutation behind that order, computed per position;
 * ``owned_generators`` / ``stream_probe``: generators a dataset owns and global streams a
@@ -13,6 +15,7 @@
 """
 from .index_shuffle import IndexShuffle
 from .init_recipes import InitRecorder, recording_init
+from .late_parameters import watch_late_parameters
 from .modes import DEFAULT_RANDOMNESS, RANDOMNESS_MODES, check_randomness, layer_seed, randomness, set_layer_seed
 from .param_init import build_with_seeded_init, reinitialize
 from .rng_state import RNGStateCheckpointer, capture_rng_state, cuda_device_count, preserved_rng_state, restore_rng_state
@@ -23,4 +26,4 @@ __all__ = ["DEFAULT_RANDOMNESS", "RANDOMNESS_MODES", "SEED_SCOPES", "IndexShuffl
            "build_with_seeded_init", "capture_rng_state", "check_randomness", "check_seed", "cuda_device_count",
            "epoch_order", "keyed_streams", "layer_seed", "preserved_rng_state", "preserved_streams", "randomness",
            "recording_init", "reinitialize", "restore_rng_state", "sample_seeds", "scoped_seed", "seed_everything",
-           "seed_from_config", "seed_streams", "set_layer_seed"]
+           "seed_from_config", "seed_streams", "set_layer_seed", "watch_late_parameters"]

@@ -27,6 +27,7 @@ import random
 import numpy as np
 import oneflow as flow
 
+from . import oneflow_draws
 from .index_shuffle import IndexShuffle
 
 _PERMUTATION_STREAM = 0x5A3F  # keeps the epoch order apart from anything else keyed by (seed, epoch)
@@ -57,10 +58,19 @@ def _three_seeds(digest):
     return python_seed, numpy_seed, oneflow_seed
 
 
-def _finish_queued_draws():
-    # An eager op reads its generator when it runs, not when it is queued: a draw still queued
-    # would see the other stream.
+_draws_seen = -1
+
+
+def _finish_queued_draws(only_after_draws=False):
+    """Wait for OneFlow's queued kernels: an eager op reads its generator when it runs, not when it
+    is queued, so a draw still queued would see the next stream.  ``only_after_draws``: not when no
+    OneFlow draw was made since the last wait (known while ``oneflow_draws`` watches them)."""
+    global _draws_seen
+    count = oneflow_draws.draw_count()
+    if only_after_draws and oneflow_draws.watching() and count == _draws_seen:
+        return
     flow._oneflow_internal.eager.Sync()
+    _draws_seen = count
 
 
 def seed_streams(seed, epoch, index):
@@ -80,7 +90,7 @@ def owned_generator_seed(seed, epoch, index, path):
 
 
 def _seed_three(python_seed, numpy_seed, oneflow_seed):
-    _finish_queued_draws()  # the previous sample's draws are its own
+    _finish_queued_draws(only_after_draws=True)  # the previous sample's draws are its own
     random.seed(python_seed)
     np.random.seed(numpy_seed)
     flow.default_generator.manual_seed(oneflow_seed)
