@@ -95,7 +95,8 @@ def report(rows, passes, args):
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
              "Each cell: a fresh process, from the call to the first batch of 1024 indices; memory is the rise of the "
              "process's peak resident size over its baseline after imports.", "",
-             "| samples | full permutation: s | full permutation: MB | index shuffle: s | index shuffle: MB | time ratio |",
+             "| samples | full permutation: s | full permutation: MB | index shuffle: s | index shuffle: MB "
+             "| time ratio |",
              "|---|---|---|---|---|---|"]
     for size, full, shuffle in rows:
         full_s = f"{full['seconds']:.3f}" if full else "not run"

@@ -27,11 +27,11 @@ STAGE0_RANKS = {"1": [0], "dp2": [0, 1], "dp2xpp2": [0, 1]}
 VARIANT_STEPS = {"layout_invariant": [0, 1, 2, 3, 4], "fast": [0, 1], "stock": [0, 1], "unkeyed": [0, 1],
                  "resume_mid": [1, 2], "resume_epoch": [2, 3]}
 EPOCH_STEPS, GLOBAL_BATCH, DIGITS = 3, 32, 100
-ACCUMULATION, STEPS = 2, 5
+ACCUMULATION, STEPS = 2, 4  # the accumulation variants record steps 0-3 (3: epoch 1's first)
 # 0.1.1's graph loader reads a rank's whole slice per batch; main's reads micro-batches its trainer joins.
 GRAPH_BATCHES = STEPS if libai_line().NAME == "LiBai 0.1.1" else STEPS * ACCUMULATION
 ACC_BATCHES = {"acc2": STEPS * ACCUMULATION, "acc2_graph": GRAPH_BATCHES}
-EVALUATIONS = ["eval_truncated", "eval_stock_truncated", "eval_full", "eval_stock_full"]
+EVALUATIONS = ["eval_truncated", "eval_stock_truncated", "eval_full"]
 EVAL_DIGITS, EVAL_TRUNCATED = 45, 24
 
 
@@ -152,6 +152,6 @@ def test_evaluation_covers_the_same_samples_on_every_layout(launched, layout):
     assert one["eval_truncated"] == one["eval_full"][:EVAL_TRUNCATED]
     assert other["eval_full"] == one["eval_full"] and other["eval_truncated"] == one["eval_truncated"]
     if layout == "dp2":  # stock: each data-parallel rank scores the head of its own bucket
-        assert sorted(other["eval_stock_full"]) == list(range(EVAL_DIGITS))
+        assert len(set(other["eval_stock_truncated"])) == EVAL_TRUNCATED
         assert sorted(other["eval_stock_truncated"]) != sorted(one["eval_stock_truncated"]), "stock cannot see the bug"
     # (stock on dp2 x pp2 reads bucket 0 on both stage-0 ranks: LiBai's data-parallel rank ignores the placement)

@@ -6,9 +6,10 @@ covers the first samples of every bucket, so dp2 evaluates other samples than 1 
 ``model_best`` can differ between layouts).
 
 The rule here: the test set is walked once, in dataset order (or, when the loader shuffles, as
-LiBai main's image test loader does, in one permutation keyed by ``train.seed``).  Global batch ``k`` is positions ``[k B, (k + 1) B)``, where
-``B = train.test_micro_batch_size x data parallel size`` (the evaluation batch LiBai's ``test``
-pads to), and data-parallel rank ``r`` takes its contiguous slice of it.  ``eval_iter`` counts
+LiBai main's image test loader does, in one permutation keyed by ``train.seed``).  Global batch
+``k`` is positions ``[k B, (k + 1) B)``, where ``B = train.test_micro_batch_size x data parallel
+size`` (the evaluation batch LiBai's ``test`` pads to), and data-parallel rank ``r`` takes its
+contiguous slice of it.  ``eval_iter`` counts
 these global batches, so an evaluation covers the first ``min(N, eval_iter x B)`` samples of the
 test set: the same samples on every layout with the same global test batch, and the whole set on
 every layout when ``eval_iter x B >= N`` (LiBai's default ``eval_iter`` is 1e5).

@@ -132,10 +132,11 @@ def _check_accumulation_phase(position, expected, sampler):
     # consumed_samples gives, so the restored position must be in that phase.
     if position.batch != expected.batch:
         raise ValueError(
-            f"the checkpoint's data position is at micro-batch {position.batch} of an optimizer step, but LiBai resumes "
-            f"this trainer at micro-batch {expected.batch} of {sampler.batches_per_step} (its iteration count modulo "
-            f"train.num_accumulation_steps={sampler.num_accumulation_steps}); choose a "
-            "train.num_accumulation_steps that keeps the resumed iteration at the start of an optimizer step")
+            f"the checkpoint's data position is at micro-batch {position.batch} of an optimizer step, but LiBai "
+            f"resumes this trainer at micro-batch {expected.batch} of {sampler.batches_per_step} (its iteration "
+            f"count modulo train.num_accumulation_steps={sampler.num_accumulation_steps}); choose a "
+            "train.num_accumulation_steps that keeps the resumed iteration at the start of an optimizer step, and "
+            "a train.checkpointer.period that is a multiple of it")
 
 
 def _check_global_batch(saved, global_batch_size, sampler_name):

@@ -109,7 +109,7 @@ def use_global_order(loader, consumed_samples=0, micro_batch_size=None, num_accu
     rebuilt.data_position = DataPosition(rebuilt)
     logger.info(f"train.randomness=layout_invariant: train samples in one global order per (seed, epoch) "
                 f"(data-parallel shard {sampler.data_parallel_rank} of {sampler.data_parallel_size}, global batch "
-                f"{sampler.global_batch_size} in {sampler.batches_per_step} batch(es) of {sampler.batch_size} per rank, "
+                f"{sampler.global_batch_size} in {sampler.batches_per_step} batch(es) of {sampler.batch_size} a rank, "
                 f"from sample {sampler.consumed_samples}), augmentation keyed by (seed, epoch, index); "
                 f"LiBai's CyclicSampler replaced")
     return rebuilt

@@ -22,8 +22,9 @@ from .rng_state import RNGStateCheckpointer, capture_rng_state, cuda_device_coun
 from .sample_keys import epoch_order, keyed_streams, preserved_streams, sample_seeds, seed_streams
 from .seeding import SEED_SCOPES, check_seed, scoped_seed, seed_everything, seed_from_config
 
-__all__ = ["DEFAULT_RANDOMNESS", "RANDOMNESS_MODES", "SEED_SCOPES", "IndexShuffle", "InitRecorder", "RNGStateCheckpointer",
-           "build_with_seeded_init", "capture_rng_state", "check_randomness", "check_seed", "cuda_device_count",
-           "epoch_order", "keyed_streams", "layer_seed", "preserved_rng_state", "preserved_streams", "randomness",
-           "recording_init", "reinitialize", "restore_rng_state", "sample_seeds", "scoped_seed", "seed_everything",
-           "seed_from_config", "seed_streams", "set_layer_seed", "watch_late_parameters"]
+__all__ = ["DEFAULT_RANDOMNESS", "RANDOMNESS_MODES", "SEED_SCOPES", "IndexShuffle", "InitRecorder",
+           "RNGStateCheckpointer", "build_with_seeded_init", "capture_rng_state", "check_randomness", "check_seed",
+           "cuda_device_count", "epoch_order", "keyed_streams", "layer_seed", "preserved_rng_state",
+           "preserved_streams", "randomness", "recording_init", "reinitialize", "restore_rng_state", "sample_seeds",
+           "scoped_seed", "seed_everything", "seed_from_config", "seed_streams", "set_layer_seed",
+           "watch_late_parameters"]

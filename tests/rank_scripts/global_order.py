@@ -15,11 +15,11 @@ step 3 is the first of epoch 1.  Variants:
 * ``resume_mid`` / ``resume_epoch``: ``layout_invariant`` resumed through LiBai's
   ``cfg.dataloader.consumed_samples`` at step 1 and at step 2 (epoch 0's last batch);
 * ``acc2`` / ``acc2_graph``: ``layout_invariant`` with 2 accumulation steps (micro batch
-  ``32 // (dp * 2)``), eager and graph mode (LiBai 0.1.1's graph loader reads ``micro x acc`` per
+  ``32 // (dp * 2)``) for steps 0-3, eager and graph mode (LiBai 0.1.1's graph loader reads ``micro x acc`` per
   rank, LiBai main's reads micro-batches that its trainer joins);
 * ``eval_*``: LiBai's own evaluator (``trainer.test``) over the first 45 test digits with a global
   test batch of 8 (``train.test_micro_batch_size = 8 // dp``), ``eval_iter`` 3 (24 samples) or
-  all; ``ConsistentBatchTrainer`` and stock ``DefaultTrainer``.
+  all (``ConsistentBatchTrainer``), and 3 with stock ``DefaultTrainer``.
 
 Stage-0 ranks report, per variant and recorded step, the indices and a digest of each
 augmented image of the global batch (accumulation variants: each loader batch of their own, with
@@ -53,6 +53,7 @@ DIGITS = 100
 STEPS = [0, 1, 2, 3, 4]
 RESUMES = {"resume_mid": 1, "resume_epoch": 2}  # variant: first step after the resume
 ACCUMULATION = 2
+ACC_STEPS = 4  # steps 0-3: step 3 is the first of epoch 1
 EVAL_DIGITS, EVAL_GLOBAL_BATCH = 45, 8
 EVAL_ITERS = {"truncated": 3, "full": 10 ** 5}
 
@@ -201,11 +202,13 @@ def main():
         loader = trainer_loader(ConsistentBatchTrainer, args.data, acc_micro, "layout_invariant",
                                 accumulation=ACCUMULATION, graph=graph)
         per_step = 1 if _whole_steps(loader) else ACCUMULATION
-        joined[variant] = record_loader_batches(variant, loader, len(STEPS) * per_step)
-    for name, eval_iter in EVAL_ITERS.items():
-        for variant, trainer in ((f"eval_{name}", ConsistentBatchTrainer), (f"eval_stock_{name}", DefaultTrainer)):
-            seed_everything(SEED, randomness="layout_invariant")
-            joined[variant] = evaluate(variant, trainer, args.data, args.dp, eval_iter)
+        joined[variant] = record_loader_batches(variant, loader, ACC_STEPS * per_step)
+    evaluations = {"eval_full": (ConsistentBatchTrainer, EVAL_ITERS["full"]),
+                   "eval_truncated": (ConsistentBatchTrainer, EVAL_ITERS["truncated"]),
+                   "eval_stock_truncated": (DefaultTrainer, EVAL_ITERS["truncated"])}
+    for variant, (trainer, eval_iter) in evaluations.items():
+        seed_everything(SEED, randomness="layout_invariant")
+        joined[variant] = evaluate(variant, trainer, args.data, args.dp, eval_iter)
     write_rank_result(variant="summary", stage0=on_stage0(), joined=joined)
 
 
