@@ -1,5 +1,6 @@
 """Datasets for LiBai runs: CIFAR-100 from its standard folder, a bundled digits stand-in, and the
-layout-invariant train order (global-order sampler, per-sample keyed augmentation)."""
+layout-invariant data order (global-order train and test samplers, per-sample keyed augmentation,
+the train position that checkpoints save)."""
 from .cifar import CIFAR100Folder
 from .digits import (
     DIGITS_NUM_CLASSES,
@@ -9,8 +10,11 @@ from .digits import (
     stratified_split,
     upscale_digits,
 )
-from .global_order import EpochBatch, GlobalOrderBatchSampler
+from .eval_order import GlobalOrderTestSampler
+from .global_order import BatchPosition, EpochBatch, GlobalOrderBatchSampler
 from .keyed_dataset import KeyedAugmentation
+from .ordered_loader import GlobalOrderLoader, batch_position
+from .position import DataPosition, GlobalBatchGuard
 from .transforms import (
     CIFAR100_TRAIN_MEAN,
     CIFAR100_TRAIN_STD,
@@ -20,15 +24,21 @@ from .transforms import (
 )
 
 __all__ = [
+    "BatchPosition",
     "CIFAR100Folder",
     "CIFAR100_TRAIN_MEAN",
     "CIFAR100_TRAIN_STD",
     "DIGITS_NUM_CLASSES",
     "DIGITS_TEST_SIZE",
     "DIGITS_TRAIN_SIZE",
+    "DataPosition",
     "EpochBatch",
+    "GlobalBatchGuard",
     "GlobalOrderBatchSampler",
+    "GlobalOrderLoader",
+    "GlobalOrderTestSampler",
     "KeyedAugmentation",
+    "batch_position",
     "build_mixup",
     "cifar_test_transform",
     "cifar_train_transform",

@@ -10,6 +10,7 @@ from libai.utils import distributed as dist
 
 from ..compat import fill_missing_config_keys, get_batch_api
 from ..compat.layout import placement_data_parallel_rank
+from ..data.position import KEY as DATA_POSITION
 from ..layers import convert_stochastic_layers, name_stochastic_layers, stochastic_ops
 from ..random import (DEFAULT_RANDOMNESS, RNGStateCheckpointer, preserved_rng_state, recording_init, reinitialize,
                       watch_late_parameters)
@@ -17,7 +18,7 @@ from ..random.audit import audit_stochastic_ops
 from ..random.draws import drawing_step
 from .batch import consistent_batch
 from .config_checks import recording_layer_indices, warn_on_pipeline_layer_mismatch
-from .global_loader import use_global_order, wants_global_order
+from .global_loader import layout_invariant, order_train_loaders, use_global_test_order, wants_global_order
 from .resume import continue_finished_run, load_checkpoint_or_weights
 from .stage0_loading import Stage0Batch, Stage0OnlyLoader
 from .step_batches import StepBatchLoader, StepMicroBatch
@@ -81,7 +82,10 @@ class ConsistentBatchTrainer(DefaultTrainer):
 
     Data order (``train.randomness="layout_invariant"``, the default, and no sampler of the
     config's own): the global batch of each step is the same samples, augmented the same way,
-    on any data-parallel layout (``global_loader``); ``"fast"`` keeps LiBai's sampler.
+    on any data-parallel layout and accumulation split, and evaluation walks one global order
+    of the test set (``global_loader``); ``"fast"`` keeps LiBai's samplers.  The data position
+    is saved in checkpoints: a resume with another global batch continues at the next sample
+    (or, with LiBai's sampler, is refused).
 
     Randomness: checkpoints also hold every rank's python/numpy/OneFlow state, so
     ``--resume`` continues the exact random streams; evaluation runs inside a saved and
@@ -112,7 +116,13 @@ class ConsistentBatchTrainer(DefaultTrainer):
     def resume_or_load(self, resume=True):
         if not isinstance(self.checkpointer, RNGStateCheckpointer):
             self.checkpointer = RNGStateCheckpointer.wrapping(self.checkpointer)
+        position = getattr(self.train_loader, "data_position", None)  # saved with, and restored from, checkpoints
+        if position is not None:
+            self.checkpointer.checkpointables[DATA_POSITION] = position
+        resumed = resume and self.checkpointer.has_checkpoint()
         load_checkpoint_or_weights(self, resume)
+        if position is not None:
+            position.check_resumed(resumed)
 
     def run_step(self):
         # get_batch is a classmethod LiBai calls without the iteration: hand it over here, and
@@ -191,17 +201,19 @@ class ConsistentBatchTrainer(DefaultTrainer):
         with samplers_follow_placement():
             train, valid, test = super().build_train_loader(cfg, tokenizer)
         check_mixup_func(train)
-        if global_order:
-            train = use_global_order(train, try_get_key(cfg, "dataloader.train.consumed_samples", default=0))
+        train, valid, test = order_train_loaders(cfg, train, valid, test, global_order)
+        position = getattr(train, "data_position", None)
         if try_get_key(cfg, "train.stage0_only_loading", default=True) and \
                 dist.get_dist_util().pipeline_parallel_size > 1:
             train = Stage0OnlyLoader(train)
         accumulation = try_get_key(cfg, "train.num_accumulation_steps", default=1) or 1
         if global_order and accumulation > 1 and not try_get_key(cfg, "graph.enabled", default=False):
             train = StepBatchLoader(train, accumulation)  # one global batch per step, mixed as one
+        train.data_position = position  # the checkpointable, on whatever wraps the loader
         return train, valid, test
 
     @classmethod
     def build_test_loader(cls, cfg, tokenizer=None):
         with samplers_follow_placement():
-            return super().build_test_loader(cfg, tokenizer)
+            loaders = super().build_test_loader(cfg, tokenizer)
+        return [use_global_test_order(loader) for loader in loaders] if layout_invariant(cfg) else loaders
