@@ -38,9 +38,12 @@ def routed():
 
 
 def gpt(fused=False, p=0.1):
+    import inspect
+
     from libai.models import GPTModel
 
-    return GPTModel(num_layers=2, vocab_size=64, hidden_size=32, ffn_hidden_size=64, num_attention_heads=4,
+    layers = "num_layers" if "num_layers" in inspect.signature(GPTModel.__init__).parameters else "hidden_layers"
+    return GPTModel(**{layers: 2}, vocab_size=64, hidden_size=32, ffn_hidden_size=64, num_attention_heads=4,
                     max_seq_length=16, embedding_dropout_prob=p, attention_dropout_prob=p, output_dropout_prob=p,
                     bias_gelu_fusion=False, bias_dropout_fusion=fused, scale_mask_softmax_fusion=False)
 

@@ -354,6 +354,11 @@ def check(args):
     return EXIT_MATCH if all_match else EXIT_DIFFER
 
 
+def modules_comparable(reference, other):
+    """Both runs recorded their modules on batches of one size (eager, no accumulation)."""
+    return all(not sizes["graph"] and sizes["acc"] == 1 for sizes in (reference, other))
+
+
 def micro_batches_logged(sizes):
     return 1 if sizes["graph"] else sizes["acc"]
 
@@ -370,7 +375,12 @@ def report(args, config, layouts, outputs, global_batch):
     all_match = True
     for name in args.layouts[1:]:
         worst, first = compare_losses(losses[reference], losses[name], args.rtol)
-        where = "-" if first is None else locate(outputs[reference], outputs[name], first, args.rtol)
+        if first is None:
+            where = "-"
+        elif modules_comparable(layouts[reference], layouts[name]):
+            where = locate(outputs[reference], outputs[name], first, args.rtol)
+        else:  # micro-batches against whole batches, or a graph: no module records to compare
+            where = "losses only (accumulation or graph mode: modules are not compared)"
         all_match &= first is None
         print(f"| {name} | {world_size(layouts[name])} | {worst:.3g} | {'-' if first is None else first} | {where} |")
     if args.plot:

@@ -22,6 +22,7 @@ from .global_loader import layout_invariant, order_train_loaders, use_global_tes
 from .resume import continue_finished_run, load_checkpoint_or_weights
 from .stage0_loading import Stage0Batch, Stage0OnlyLoader
 from .step_batches import StepBatchLoader, StepMicroBatch
+from .step_schedule import per_optimizer_step, step_scheduler
 
 
 @contextlib.contextmanager
@@ -66,6 +67,23 @@ def check_mixup_func(loader):
     if mixup is not None and not callable(mixup):
         hint = " (to turn mixup off write dataloader.train.mixup_func=null)" if mixup == "None" else ""
         raise ValueError(f"dataloader.train.mixup_func={mixup!r} is not callable{hint}")
+
+
+def eager_accumulation(cfg):
+    """``train.num_accumulation_steps`` in eager mode (LiBai then runs one micro-batch per iteration), else 1."""
+    if try_get_key(cfg, "graph.enabled", default=False):
+        return 1
+    return int(try_get_key(cfg, "train.num_accumulation_steps", default=1) or 1)
+
+
+def check_checkpoint_period(cfg, accumulation):
+    """A checkpoint inside an optimizer step cannot be resumed exactly (LiBai saves no accumulated
+    gradients, and the step's batch is read at its first micro-batch): refuse, naming the keys."""
+    period = try_get_key(cfg, "train.checkpointer.period", default=None)
+    if period and int(period) % accumulation:
+        raise ValueError(f"train.checkpointer.period={period} is not a multiple of train.num_accumulation_steps="
+                         f"{accumulation}: in eager mode an iteration is one micro-batch, and a checkpoint inside an "
+                         "optimizer step cannot be resumed exactly")
 
 
 class ConsistentBatchTrainer(DefaultTrainer):
@@ -206,11 +224,24 @@ class ConsistentBatchTrainer(DefaultTrainer):
         if try_get_key(cfg, "train.stage0_only_loading", default=True) and \
                 dist.get_dist_util().pipeline_parallel_size > 1:
             train = Stage0OnlyLoader(train)
-        accumulation = try_get_key(cfg, "train.num_accumulation_steps", default=1) or 1
-        if global_order and accumulation > 1 and not try_get_key(cfg, "graph.enabled", default=False):
+        accumulation = eager_accumulation(cfg)
+        if global_order and accumulation > 1:
+            check_checkpoint_period(cfg, accumulation)
             train = StepBatchLoader(train, accumulation)  # one global batch per step, mixed as one
         train.data_position = position  # the checkpointable, on whatever wraps the loader
         return train, valid, test
+
+    @classmethod
+    def build_lr_scheduler(cls, cfg, optimizer):
+        accumulation = eager_accumulation(cfg)
+        if accumulation > 1:  # over optimizer steps, as in graph mode (engine/step_schedule.py)
+            return step_scheduler(cfg, optimizer, accumulation)
+        return super().build_lr_scheduler(cfg, optimizer)
+
+    def build_hooks(self):
+        hooks = super().build_hooks()
+        accumulation = eager_accumulation(self.cfg)
+        return per_optimizer_step(hooks, accumulation) if accumulation > 1 else hooks
 
     @classmethod
     def build_test_loader(cls, cfg, tokenizer=None):
