@@ -56,7 +56,9 @@ LAYERS = 4
 tokenization = OmegaConf.create()
 tokenization.tokenizer = LazyCall(BertTokenizer)(vocab_file=data_file("bert_vocab"), do_lower_case=True)
 tokenization.append_eod = False
-tokenization.make_vocab_size_divisible_by = 128  # 2048 WordPiece tokens: no padding needed
+# LiBai pads vocab_size to a multiple of this x the tensor-parallel size: 2048 WordPiece tokens
+# stay 2048 up to tp=16, so every layout trains the same model.
+tokenization.make_vocab_size_divisible_by = 128
 
 model = LazyCall(BertForPreTraining)(cfg=nlp_api.model_config(
     BertModel, layers=LAYERS,

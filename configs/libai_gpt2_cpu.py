@@ -58,11 +58,13 @@ tokenization = OmegaConf.create()
 tokenization.tokenizer = LazyCall(GPT2Tokenizer)(vocab_file=data_file("gpt2_vocab"),
                                                  merges_file=data_file("gpt2_merges"))
 tokenization.append_eod = False  # LiBai 0.1.1's GPT2Tokenizer has no end-of-document token
-tokenization.make_vocab_size_divisible_by = 128  # the trainer pads vocab_size: 857 BPE symbols -> 896
+# LiBai pads vocab_size to a multiple of this x the tensor-parallel size: 1024 BPE symbols stay
+# 1024 up to tp=8, so every layout trains the same model.
+tokenization.make_vocab_size_divisible_by = 128
 
 model = LazyCall(GPTForPreTraining)(cfg=nlp_api.model_config(
     GPTModel, layers=LAYERS,
-    vocab_size=896, hidden_size=64, ffn_hidden_size=256, num_attention_heads=4,  # heads split over tp=2
+    vocab_size=1024, hidden_size=64, ffn_hidden_size=256, num_attention_heads=4,  # heads split over tp=2
     max_seq_length=SEQ_LENGTH,
     embedding_dropout_prob=0.1, attention_dropout_prob=0.1, output_dropout_prob=0.1,
     bias_dropout_fusion=True,

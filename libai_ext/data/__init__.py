@@ -1,5 +1,6 @@
-"""Datasets for LiBai runs: CIFAR-100 from its standard folder, a bundled digits stand-in, and the
-layout-invariant train order (global-order sampler, per-sample keyed augmentation)."""
+"""Datasets for LiBai runs: CIFAR-100 from its standard folder, a bundled digits stand-in, real text
+for LiBai's GPT-2 and BERT (built offline with LiBai's preprocess tool), and the layout-invariant
+train order (global-order sampler, per-sample keyed augmentation)."""
 from .cifar import CIFAR100Folder
 from .digits import (
     DIGITS_NUM_CLASSES,
@@ -11,6 +12,7 @@ from .digits import (
 )
 from .global_order import EpochBatch, GlobalOrderBatchSampler
 from .keyed_dataset import KeyedAugmentation
+from .text_data import ensure_text_data, text_data_file
 from .transforms import (
     CIFAR100_TRAIN_MEAN,
     CIFAR100_TRAIN_STD,
@@ -33,6 +35,8 @@ __all__ = [
     "cifar_test_transform",
     "cifar_train_transform",
     "ensure_digits_cifar",
+    "ensure_text_data",
     "stratified_split",
+    "text_data_file",
     "upscale_digits",
 ]

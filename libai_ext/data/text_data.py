@@ -49,7 +49,10 @@ DEFAULT_ROOT = "./data/libai_text"
 MANIFEST = "MANIFEST.json"
 TOOL = "tools/preprocess_data.py"
 LIBAI_SOURCE_ENV = "LIBAI_MAIN_ARCHIVE"  # the Makefile's name for LiBai main's source archive
-DEFAULT_SETTINGS = dict(bpe_merges=600, wordpiece_size=2048, max_chars=None)
+# Vocabularies of 1024 (256 bytes + 767 merges + <|endoftext|>) and 2048 entries: LiBai pads the
+# vocabulary to a multiple of make_vocab_size_divisible_by x tensor-parallel size, so with 128
+# the model is the same for tp = 1, 2, 4 and 8 (another size would grow the embedding with tp).
+DEFAULT_SETTINGS = dict(bpe_merges=767, wordpiece_size=2048, max_chars=None)
 
 # What each configuration reads, relative to the root.
 FILES = {
