@@ -53,6 +53,9 @@ def model_config(model_class, layers, wrapper_fields=None, **fields):
     if layer_key is None:
         raise TypeError(f"{model_class.__qualname__} takes none of {LAYER_COUNT_NAMES}")
     taken = _taken(model_class, fields)
+    missing = sorted(k for k, v in known.items() if v is inspect.Parameter.empty and k not in taken and k != layer_key)
+    if missing:
+        raise TypeError(f"{model_class.__qualname__} needs {missing} (no default)")
     defaults = {k: v for k, v in known.items() if v is not inspect.Parameter.empty}
     return DictConfig({**defaults, **taken, **(wrapper_fields or {}), layer_key: layers})
 
