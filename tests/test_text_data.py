@@ -195,3 +195,22 @@ def test_make_text_data_tool_reports_a_built_folder(libai_text_data, capsys):
 
     assert load_tool("make_text_data").main(["--out", libai_text_data]) == 0
     assert json.loads(capsys.readouterr().out)["gpt2_vocab_size"] == 1024
+
+
+def test_the_tool_runs_outside_the_launched_job(monkeypatch):
+    """Started from a rank of a launch, the tool must not inherit the job's address: importing OneFlow
+    with it would make the tool a second rank 0 (measured: the 2-rank first-use build hung)."""
+    import subprocess
+
+    for key, value in dict(MASTER_ADDR="127.0.0.1", MASTER_PORT="29500", WORLD_SIZE="2", RANK="0",
+                           LOCAL_RANK="0", KEEP_ME="1").items():
+        monkeypatch.setenv(key, value)
+    seen = {}
+
+    def fake_run(command, **kwargs):
+        seen.update(kwargs["env"])
+        return subprocess.CompletedProcess(command, 0, "")
+
+    monkeypatch.setattr(text_data.subprocess, "run", fake_run)
+    text_data.run_preprocess_tool("tool.py", "in.json", "out", ["--tokenizer-name", "GPT2Tokenizer"])
+    assert seen["KEEP_ME"] == "1" and not set(text_data.LAUNCH_ENV) & set(seen)

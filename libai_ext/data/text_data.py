@@ -49,6 +49,10 @@ DEFAULT_ROOT = "./data/libai_text"
 MANIFEST = "MANIFEST.json"
 TOOL = "tools/preprocess_data.py"
 LIBAI_SOURCE_ENV = "LIBAI_MAIN_ARCHIVE"  # the Makefile's name for LiBai main's source archive
+# Set by oneflow.distributed.launch in each rank: a tool started from a rank with them would join
+# (and block) that rank's job when it imports OneFlow.
+LAUNCH_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")
+TOOL_TIMEOUT_S = 900
 # Vocabularies of 1024 (256 bytes + 767 merges + <|endoftext|>) and 2048 entries: LiBai pads the
 # vocabulary to a multiple of make_vocab_size_divisible_by x tensor-parallel size, so with 128
 # the model is the same for tp = 1, 2, 4 and 8 (another size would grow the embedding with tp).
@@ -108,11 +112,17 @@ def preprocess_tool(libai_source=None):
 
 
 def run_preprocess_tool(tool, input_path, output_prefix, tokenizer_args, python=None):
-    """Run LiBai's preprocess tool (``--dataset-impl mmap``, one worker); returns the output prefix
-    of its ``text`` key (``<output_prefix>_text_{document,sentence}``)."""
+    """Run LiBai's preprocess tool (``--dataset-impl mmap``, one worker) as a process of its own, outside
+    any launched job; returns the output prefix of its ``text`` key (``<output_prefix>_text_document``)."""
     command = [python or sys.executable, tool, "--input", input_path, "--json-keys", "text",
                "--output-prefix", output_prefix, "--dataset-impl", "mmap", "--workers", "1"] + tokenizer_args
-    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_ENV}
+    try:
+        done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                              timeout=TOOL_TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
+        raise TextDataError(f"LiBai's preprocess tool ran past {TOOL_TIMEOUT_S} s: {' '.join(command)}\n"
+                            f"{(e.stdout or '')[-3000:]}") from e
     if done.returncode != 0:
         raise TextDataError(f"LiBai's preprocess tool failed ({done.returncode}): {' '.join(command)}\n"
                             f"{done.stdout[-3000:]}")
