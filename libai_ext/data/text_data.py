@@ -84,10 +84,8 @@ def default_libai_source():
     return os.path.abspath(found[-1]) if found else None
 
 
-@contextlib.contextmanager
-def preprocess_tool(libai_source=None):
-    """The path of LiBai's ``tools/preprocess_data.py`` from a source folder or ``.tar.gz``
-    archive, extracted into a temporary folder removed on exit."""
+def resolve_libai_source(libai_source=None):
+    """The LiBai source folder or archive to take the tool from, or a clear error naming how to give one."""
     source = libai_source or default_libai_source()
     if not source or not os.path.exists(source):
         raise TextDataError(
@@ -95,6 +93,14 @@ def preprocess_tool(libai_source=None):
             f"(libai_source={libai_source!r}, ${LIBAI_SOURCE_ENV}={os.environ.get(LIBAI_SOURCE_ENV)!r}): pass a "
             "LiBai source folder or archive (text_data.libai_source=... in a config, --libai-source to "
             "tools/make_text_data.py)")
+    return source
+
+
+@contextlib.contextmanager
+def preprocess_tool(libai_source=None):
+    """The path of LiBai's ``tools/preprocess_data.py`` from a source folder or ``.tar.gz``
+    archive, extracted into a temporary folder removed on exit."""
+    source = resolve_libai_source(libai_source)
     if os.path.isdir(source):
         path = os.path.join(source, TOOL)
         if not os.path.isfile(path):
@@ -248,6 +254,7 @@ def ensure_text_data(root=DEFAULT_ROOT, libai_source=None, python=None, **settin
 
 
 def _build_into(root, settings, libai_source, python):
+    resolve_libai_source(libai_source)  # before any work
     leftovers = [name for name in os.listdir(root) if not name.startswith(".")]
     if leftovers:
         raise TextDataError(f"{root} holds {sorted(leftovers)[:5]} but no {MANIFEST}: not a text data folder "
