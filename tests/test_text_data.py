@@ -190,10 +190,13 @@ def test_a_foreign_folder_or_a_missing_libai_source_is_a_clear_error(tmp_path, m
         text_data.text_data_file(str(tmp_path), "gpt3_vocab")
 
 
-def test_make_text_data_tool_reports_a_built_folder(libai_text_data, capsys):
-    from conftest import load_tool
+def test_make_text_data_tool_reports_a_built_folder(repo_root, libai_text_data, capsys):
+    import importlib.util
 
-    assert load_tool("make_text_data").main(["--out", libai_text_data]) == 0
+    spec = importlib.util.spec_from_file_location("make_text_data", os.path.join(repo_root, "tools", "make_text_data.py"))
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.main(["--out", libai_text_data]) == 0
     assert json.loads(capsys.readouterr().out)["gpt2_vocab_size"] == 1024
 
 
