@@ -1,6 +1,7 @@
-"""Datasets for LiBai runs: CIFAR-100 from its standard folder, a bundled digits stand-in, and the
-layout-invariant data order (global-order train and test samplers, per-sample keyed augmentation,
-the train position that checkpoints save)."""
+"""Datasets for LiBai runs: CIFAR-100 from its standard folder, a bundled digits stand-in, real text
+for LiBai's GPT-2 and BERT (built offline with LiBai's preprocess tool), and the layout-invariant
+data order (global-order train and test samplers, per-sample keyed augmentation, the train
+position that checkpoints save)."""
 from .cifar import CIFAR100Folder
 from .digits import (
     DIGITS_NUM_CLASSES,
@@ -15,6 +16,7 @@ from .global_order import BatchPosition, EpochBatch, GlobalOrderBatchSampler
 from .keyed_dataset import KeyedAugmentation
 from .ordered_loader import GlobalOrderLoader, batch_position
 from .position import DataPosition, GlobalBatchGuard
+from .text_data import ensure_text_data, text_data_file
 from .transforms import (
     CIFAR100_TRAIN_MEAN,
     CIFAR100_TRAIN_STD,
@@ -43,6 +45,8 @@ __all__ = [
     "cifar_test_transform",
     "cifar_train_transform",
     "ensure_digits_cifar",
+    "ensure_text_data",
     "stratified_split",
+    "text_data_file",
     "upscale_digits",
 ]
