@@ -8,8 +8,9 @@
   - the arguments a code block gives a ``libai_ext.cli`` tool parse with that tool's own parser
     (its layouts too); other scripts' ``--options`` are options of their ``--help``;
   - every ``make <target>`` is a target of the Makefile; every shell script shown passes ``bash -n``;
-* every repository path shown (``configs/``, ``tools/``, ``benchmarks/``, ``tests/``, ``libai_ext/``)
-  exists, and docs/testing.md's long-tier table names exactly the test files with a ``long`` marker.
+* every source file or folder of the repository shown (under ``configs/``, ``tools/``, ``benchmarks/``,
+  ``tests/``, ``libai_ext/``) exists, and docs/testing.md's long-tier table names exactly the test files
+  with a ``long`` marker.
 
 Quick: no OneFlow start-up except ``tools/make_text_data.py --help`` (that script imports it).
 """
@@ -39,6 +40,8 @@ SHELL_OPERATORS = {"|", "||", "&&", ";", "&", ">", ">>", "2>&1", "<"}
 # Repository paths a page may show; outputs (benchmarks/results/, docs/) are checked as links instead.
 REPO_PATH = re.compile(r"(?<![\w/.~-])((?:configs|tools|benchmarks|tests|libai_ext|\.ci)/[\w./{},*<>-]*)")
 GENERATED = ("benchmarks/results/",)
+SOURCE_SUFFIXES = (".py", ".sh", ".c", "/")
+SOURCE_FILES = {".ci/run"}
 # Paths of LiBai's own source tree that the docs name as LiBai's.
 LIBAI_PATHS = {"tools/preprocess_data.py"}
 LONG_MARKER = re.compile(r"pytest\.mark\.long\b")
@@ -224,11 +227,14 @@ def makefile_targets():
 
 
 def repository_paths(text):
-    """Repository paths ``text`` shows (a pattern such as ``configs/libai_{gpt2,bert}_cpu.py`` skipped)."""
+    """Source files and folders of the repository ``text`` shows; patterns (``configs/libai_{gpt2,bert}_cpu.py``),
+    outputs and files of a run's folders (a checkpoint's ``libai_ext/manifest.json``) are not checked."""
     found = set()
     for match in REPO_PATH.finditer(re.sub(r"https?://\S+", "", text)):
         path = match.group(1).split("::")[0].rstrip(".,;:")
-        if not re.search(r"[{}*<>]", path) and not path.startswith(GENERATED) and path not in LIBAI_PATHS:
+        if re.search(r"[{}*<>]", path) or path.startswith(GENERATED) or path in LIBAI_PATHS:
+            continue
+        if path.endswith(SOURCE_SUFFIXES) or path in SOURCE_FILES:
             found.add(path)
     return found
 
@@ -259,10 +265,20 @@ def shown():
     return {"calls": calls, "make": make, "paths": paths}
 
 
-def run_help(kind, target):
+def start_help(kind, target):
     command = ["-m", target, "--help"] if kind == "module" else [os.path.join(ROOT, target), "--help"]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, *command], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    return subprocess.Popen([sys.executable, *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=ROOT)
+
+
+def finished(process, timeout=120):
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        stdout, stderr = process.communicate()
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 @pytest.fixture(scope="module")
@@ -274,7 +290,8 @@ def helps(shown):
         module = cli_module_of(kind, target)
         if module:
             tools.add(("module", module))
-    return {tool: run_help(*tool) for tool in sorted(tools)}
+    started = {tool: start_help(*tool) for tool in sorted(tools)}  # side by side: mostly Python start-up
+    return {tool: finished(process) for tool, process in started.items()}
 
 
 def cli_module_of(kind, target):
@@ -341,8 +358,8 @@ def test_a_broken_link_or_anchor_fails_the_check(tmp_path):
 
 def test_a_bad_command_fails_the_checks():
     """The command checks themselves, on commands with one mistake each."""
-    shown = 'python -m oneflow.distributed.launch --nproc_per_node 2 -m libai_ext.cli.train_net --config-file <cfg> x=1'
-    tool, args = tool_call(words(shown), console_scripts())
+    line = 'python -m oneflow.distributed.launch --nproc_per_node 2 -m libai_ext.cli.train_net --config-file <cfg> x=1'
+    tool, args = tool_call(words(line), console_scripts())
     assert (tool, args) == (("module", "libai_ext.cli.train_net"), ["--config-file", PLACEHOLDER, "x=1"])
     assert parse_with_tool("libai_ext.cli.train_net", args) is None
     assert "unrecognized arguments: --bogus" in parse_with_tool("libai_ext.cli.train_net", args + ["--bogus"])
@@ -352,8 +369,8 @@ def test_a_bad_command_fails_the_checks():
     assert "layout 'pp2x'" in parse_with_tool("libai_ext.cli.check_equivalence", layouts + ["pp2x"])
     assert make_targets_shown(words('make -C . test-all PYTEST_ARGS="-x -q" # comment')) == ["test-all"]
     assert "tset" not in makefile_targets()
-    assert repository_paths("`configs/nope.py`, configs/libai_{a,b}_cpu.py, tests/test_x.py::test_y.") == \
-        {"configs/nope.py", "tests/test_x.py"}
+    assert repository_paths("`configs/nope.py`, configs/libai_{a,b}_cpu.py, tests/test_x.py::test_y., "
+                            "`libai_ext/manifest.json`") == {"configs/nope.py", "tests/test_x.py"}
 
 
 def test_headings_get_githubs_ids():
@@ -372,7 +389,7 @@ def test_every_docs_page_is_reachable_from_the_readme():
 def test_every_tool_shown_answers_help(shown, helps):
     assert helps, "no tool command found in the docs"
     unknown = sorted({f"{page}: {target}" for page, (kind, target), _, _ in shown["calls"]
-                      if kind in ("unparsable",) or target.startswith("unknown")})
+                      if kind == "unparsable" or target.startswith("unknown")})
     assert unknown == []
     failed = {f"{kind} {target}": (run.returncode, run.stderr[-500:]) for (kind, target), run in helps.items()
               if run.returncode != 0 or "usage:" not in run.stdout}
@@ -419,7 +436,8 @@ def test_every_make_target_shown_exists(shown):
 
 def test_every_repository_path_shown_exists(shown):
     assert any(path.startswith("configs/") for _, path in shown["paths"])
-    missing = sorted({f"{page}: {path}" for page, path in shown["paths"] if not os.path.exists(os.path.join(ROOT, path))})
+    missing = sorted({f"{page}: {path}" for page, path in shown["paths"]
+                      if not os.path.exists(os.path.join(ROOT, path))})
     assert missing == []
 
 
