@@ -4,7 +4,7 @@
         --config-file configs/swin_cifar100.py
 
 Layout (dp, tp, pp) = (2, 2, 2). Under pipeline parallelism stock LiBai pairs stage 0's augmented
-images with the last stage's labels (see README "The bug"); ConsistentBatchTrainer feeds every stage
+images with the last stage's labels (see docs/the-bug.md); ConsistentBatchTrainer feeds every stage
 the same batch. Add `train.trainer=libai.engine.DefaultTrainer` to run stock LiBai.
 
 Data: the extracted `cifar-100-python` folder (train, test, meta) under ./data/cifar100; nothing is

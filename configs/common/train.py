@@ -15,10 +15,10 @@ train = DictConfig(dict(
     trainer="libai_ext.ConsistentBatchTrainer",
     # Seeded on every rank before the trainer is built (libai_ext.seed_everything).
     seed=1234,
-    # "global": the same streams on every rank; see README "Seeding scopes".
+    # "global": the same streams on every rank; see docs/randomness.md "Seeding scopes".
     seed_scope="global",
     # Dropout/DropPath masks (libai_ext.layers): "layout_invariant" (the same masks on any layout)
-    # or "fast" (OneFlow's native kernel, seeded per shard); see README "Parallel-correct randomness".
+    # or "fast" (OneFlow's native kernel, seeded per shard); see docs/randomness.md.
     randomness="layout_invariant",
     # Compare each field's local batch across the ranks that must agree: "off", "first" (one
     # small all-gather, once) or "every" step.  Works with stock DefaultTrainer too.

@@ -1,0 +1,452 @@
+"""What a reader of README.md and docs/*.md follows: links, tool commands, make targets, paths.
+
+* every relative link resolves to a file of the repository, and an ``#anchor`` into a markdown file
+  names one of its headings (GitHub's heading ids); every docs page is reachable from README.md;
+* every command a code block (or inline code) shows parses:
+  - each tool it runs answers ``--help`` (``tools/<x>.py``, ``libai-ext-<x>`` and
+    ``python -m libai_ext.cli.<x>`` through the module, ``benchmarks/<x>.py``), once per tool;
+  - the arguments a code block gives a ``libai_ext.cli`` tool parse with that tool's own parser
+    (its layouts too); other scripts' ``--options`` are options of their ``--help``;
+  - every ``make <target>`` is a target of the Makefile; every shell script shown passes ``bash -n``;
+* every source file or folder of the repository shown (under ``configs/``, ``tools/``, ``benchmarks/``,
+  ``tests/``, ``libai_ext/``) exists, and docs/testing.md's long-tier table names exactly the test files
+  with a ``long`` marker.
+
+Quick: no OneFlow start-up except ``tools/make_text_data.py --help`` (that script imports it).
+"""
+import contextlib
+import importlib
+import io
+import os
+import re
+import shlex
+import subprocess
+import sys
+import unicodedata
+import urllib.parse
+
+import pytest
+
+from conftest import ROOT
+
+LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+REFERENCE_LINK = re.compile(r"^\s*\[[^\]]+\]:\s*(\S+)", re.M)
+FENCE = re.compile(r"^([ \t]*)(```|~~~)[ \t]*([\w+-]*)[^\n]*\n.*?^\1\2[ \t]*$", re.M | re.S)
+INLINE_CODE = re.compile(r"`([^`\n]+)`")
+HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$", re.M)
+HTML_ANCHOR = re.compile(r"<a\s+(?:name|id)=\"([^\"]+)\"", re.I)
+SHELL_BLOCKS = ("", "sh", "bash", "shell", "console", "text")
+SHELL_OPERATORS = {"|", "||", "&&", ";", "&", ">", ">>", "2>&1", "<"}
+# Repository paths a page may show; outputs (benchmarks/results/, docs/) are checked as links instead.
+REPO_PATH = re.compile(r"(?<![\w/.~-])((?:configs|tools|benchmarks|tests|libai_ext|\.ci)/[\w./{},*<>-]*)")
+GENERATED = ("benchmarks/results/",)
+SOURCE_SUFFIXES = (".py", ".sh", ".c", "/")
+SOURCE_FILES = {".ci/run"}
+# Paths of LiBai's own source tree that the docs name as LiBai's.
+LIBAI_PATHS = {"tools/preprocess_data.py"}
+LONG_MARKER = re.compile(r"pytest\.mark\.long\b")
+PLACEHOLDER = "{}"  # what <...> in a command becomes: no tool or path name matches it
+
+
+def doc_files(root=ROOT):
+    docs = os.path.join(root, "docs")
+    pages = sorted(os.path.join(docs, f) for f in os.listdir(docs) if f.endswith(".md")) if os.path.isdir(docs) else []
+    return [os.path.join(root, "README.md")] + pages
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def relative(path, root=ROOT):
+    return os.path.relpath(path, root)
+
+
+# --- markdown -----------------------------------------------------------------------------------
+
+def code_blocks(text):
+    """``[(language, body)]`` of the fenced blocks."""
+    return [(m.group(3).lower(), m.group(0).split("\n", 1)[1].rsplit("\n", 1)[0]) for m in FENCE.finditer(text)]
+
+
+def prose(text):
+    """``text`` without fenced blocks and inline code (links inside code are no links)."""
+    return INLINE_CODE.sub("code", FENCE.sub("", text))
+
+
+def inline_code(text):
+    return INLINE_CODE.findall(FENCE.sub("", text))
+
+
+def slug(heading):
+    """GitHub's id of a heading: its rendered text, lower case, punctuation dropped, spaces as '-'."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # links and images: their text
+    text = text.replace("`", "").replace("*", "").strip().lower()
+    kept = "".join(c for c in text if c in " -_" or unicodedata.category(c)[0] in "LNM")
+    return kept.replace(" ", "-")
+
+
+def anchors(path):
+    """Every id a link may name in the markdown file ``path`` (repeated headings get -1, -2...)."""
+    text = FENCE.sub("", read(path))
+    found, seen = set(HTML_ANCHOR.findall(text)), {}
+    for heading in HEADING.findall(text):
+        base = slug(heading)
+        count = seen.get(base, 0)
+        seen[base] = count + 1
+        found.add(base if count == 0 else f"{base}-{count}")
+    return found
+
+
+def links(text):
+    return LINK.findall(prose(text)) + REFERENCE_LINK.findall(prose(text))
+
+
+def is_external(target):
+    return re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I) is not None
+
+
+def resolve(page, target, root=ROOT):
+    """``(file, anchor)`` a relative link of ``page`` names (``file`` absolute)."""
+    path, _, anchor = target.partition("#")
+    path = urllib.parse.unquote(path)
+    if not path:
+        return page, anchor
+    base = root if path.startswith("/") else os.path.dirname(page)
+    return os.path.normpath(os.path.join(base, path.lstrip("/"))), anchor
+
+
+def broken_links(root=ROOT):
+    """``["page: target (why)"]`` for every relative link that does not resolve."""
+    problems = []
+    for page in doc_files(root):
+        for target in links(read(page)):
+            if is_external(target):
+                continue
+            path, anchor = resolve(page, target, root)
+            where = f"{relative(page, root)}: {target}"
+            if os.path.commonpath([os.path.abspath(root), path]) != os.path.abspath(root):
+                problems.append(f"{where} (outside the repository)")
+            elif not os.path.exists(path):
+                problems.append(f"{where} (no such file)")
+            elif anchor and path.endswith(".md") and anchor not in anchors(path):
+                problems.append(f"{where} (no heading with id {anchor!r} in {relative(path, root)})")
+    return problems
+
+
+def reachable_pages(root=ROOT):
+    """The markdown files reachable from README.md through relative links."""
+    seen, todo = set(), [os.path.join(root, "README.md")]
+    while todo:
+        page = todo.pop()
+        if page in seen or not os.path.isfile(page):
+            continue
+        seen.add(page)
+        for target in links(read(page)):
+            if not is_external(target):
+                path, _ = resolve(page, target, root)
+                if path.endswith(".md"):
+                    todo.append(path)
+    return seen
+
+
+# --- commands -----------------------------------------------------------------------------------
+
+def command_lines(text):
+    """``[(line, from_block)]``: shell lines of fenced blocks (continuations joined) and inline code."""
+    lines = []
+    for language, body in code_blocks(text):
+        if language in SHELL_BLOCKS:
+            lines += [(line, True) for line in body.replace("\\\n", " ").splitlines() if line.strip()]
+    return lines + [(span, False) for span in inline_code(text)]
+
+
+def words(line):
+    """Shell words of ``line`` up to a comment or an operator, placeholders (``<...>``, ``[...]``) opened."""
+    line = re.sub(r"<[^<>]*>", PLACEHOLDER, line)
+    out = []
+    for word in shlex.split(line, comments=True):
+        if word in SHELL_OPERATORS or word.startswith((">", "2>")):
+            break
+        if word.startswith("["):
+            word = word[1:].removesuffix("]")
+        elif word.endswith("]") and "[" not in word:
+            word = word[:-1]
+        if word:
+            out.append(word)
+    return out
+
+
+def console_scripts():
+    """``{libai-ext-<x>: libai_ext.cli module}`` from pyproject.toml."""
+    text = read(os.path.join(ROOT, "pyproject.toml"))  # (no tomllib on Python 3.10)
+    section = text.split("[project.scripts]", 1)[1].split("\n[", 1)[0]
+    return dict(re.findall(r'^([\w-]+)\s*=\s*"([\w.]+):\w+"', section, re.M))
+
+
+def tool_call(tokens, scripts):
+    """``(tool, arguments)`` of the first tool of this repository in ``tokens``, else None.
+
+    ``tool``: ``("module", "libai_ext.cli.x")``, ``("script", "tools/x.py")`` or ``("shell", "tools/x.sh")``.
+    """
+    for i, word in enumerate(tokens):
+        if word == "-m" and i + 1 < len(tokens) and re.fullmatch(r"libai_ext\.cli\.\w+", tokens[i + 1]):
+            return ("module", tokens[i + 1]), tokens[i + 2:]
+        if word in scripts:
+            return ("module", scripts[word]), tokens[i + 1:]
+        if re.fullmatch(r"libai-ext-[a-z][\w-]*", word):
+            return ("module", f"unknown console script {word}"), tokens[i + 1:]
+        match = re.search(r"(?:^|/)((?:tools|benchmarks)/[\w-]+\.(py|sh))$", word)
+        if match and match.group(1) not in LIBAI_PATHS:
+            return ("shell" if match.group(2) == "sh" else "script", match.group(1)), tokens[i + 1:]
+    return None
+
+
+def make_targets_shown(tokens):
+    """The targets of every ``make`` in ``tokens`` (options and ``VAR=value`` skipped)."""
+    targets = []
+    for i, word in enumerate(tokens):
+        if word != "make":
+            continue
+        rest = iter(tokens[i + 1:])
+        for arg in rest:
+            if arg in ("-C", "-f", "-j"):
+                next(rest, None)
+            elif not arg.startswith("-") and "=" not in arg:
+                targets.append(arg)
+    return targets
+
+
+def makefile_targets():
+    text = read(os.path.join(ROOT, "Makefile"))
+    targets = set()
+    for names in re.findall(r"^([A-Za-z0-9_.-][A-Za-z0-9_. -]*?)\s*:(?!=)", text, re.M):
+        targets.update(names.split())
+    return targets
+
+
+def repository_paths(text):
+    """Source files and folders of the repository ``text`` shows; patterns (``configs/libai_{gpt2,bert}_cpu.py``),
+    outputs and files of a run's folders (a checkpoint's ``libai_ext/manifest.json``) are not checked."""
+    found = set()
+    for match in REPO_PATH.finditer(re.sub(r"https?://\S+", "", text)):
+        path = match.group(1).split("::")[0].rstrip(".,;:")
+        if re.search(r"[{}*<>]", path) or path.startswith(GENERATED) or path in LIBAI_PATHS:
+            continue
+        if path.endswith(SOURCE_SUFFIXES) or path in SOURCE_FILES:
+            found.add(path)
+    return found
+
+
+@pytest.fixture(scope="module")
+def shown():
+    """Everything the pages show: ``{"calls": [(page, tool, args, from_block)], "make": [(page, target)],
+    "paths": [(page, path)]}``."""
+    scripts = console_scripts()
+    calls, make, paths = [], [], []
+    for page in doc_files():
+        text, name = read(page), relative(page)
+        paths += [(name, path) for path in sorted(repository_paths(text))]
+        for line, from_block in command_lines(text):
+            runs_tool = re.search(r"tools/|benchmarks/|libai-ext-|libai_ext\.cli\.", line)
+            if not runs_tool and not re.search(r"\bmake\b", line):
+                continue
+            try:
+                tokens = words(line)
+            except ValueError as e:  # unbalanced quotes
+                if runs_tool:
+                    calls.append((name, ("unparsable", line), [str(e)], from_block))
+                continue
+            make += [(name, target) for target in make_targets_shown(tokens)]
+            call = tool_call(tokens, scripts)
+            if call is not None:
+                calls.append((name, *call, from_block))
+    return {"calls": calls, "make": make, "paths": paths}
+
+
+def start_help(kind, target):
+    command = ["-m", target, "--help"] if kind == "module" else [os.path.join(ROOT, target), "--help"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    return subprocess.Popen([sys.executable, *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=ROOT)
+
+
+def finished(process, timeout=120):
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        stdout, stderr = process.communicate()
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+@pytest.fixture(scope="module")
+def helps(shown):
+    """``{(kind, target): completed --help}``, one run per distinct tool shown; a ``tools/<x>.py`` that wraps
+    ``libai_ext.cli.<x>`` also runs as its module."""
+    tools = {(kind, target) for _, (kind, target), _, _ in shown["calls"] if kind in ("module", "script")}
+    for kind, target in list(tools):
+        module = cli_module_of(kind, target)
+        if module:
+            tools.add(("module", module))
+    started = {tool: start_help(*tool) for tool in sorted(tools)}  # side by side: mostly Python start-up
+    return {tool: finished(process) for tool, process in started.items()}
+
+
+def cli_module_of(kind, target):
+    """The ``libai_ext.cli`` module behind a tool, or None (a script of its own)."""
+    if kind == "module":
+        return target
+    name = os.path.splitext(os.path.basename(target))[0]
+    if target.startswith("tools/") and os.path.isfile(os.path.join(ROOT, "libai_ext", "cli", f"{name}.py")):
+        return f"libai_ext.cli.{name}"
+    return None
+
+
+def parse_with_tool(module_name, args):
+    """The error message of ``args`` under the tool's own parser, or None when they parse."""
+    module = importlib.import_module(module_name)
+    parser = module.build_parser()
+    args = [word for i, word in enumerate(args)
+            if word != "..." or _takes_value(parser, args[i - 1] if i else "")]
+    args = [PLACEHOLDER if word == "..." else word for word in args]
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            parsed = parser.parse_args(args)
+    except SystemExit:
+        return err.getvalue().strip().splitlines()[-1]
+    for layout in getattr(parsed, "layouts", None) or []:
+        try:
+            module.parse_layout(layout)
+        except ValueError as e:
+            return f"layout {layout!r}: {e}"
+    return None
+
+
+def _takes_value(parser, word):
+    action = parser._option_string_actions.get(word.split("=")[0])
+    return action is not None and action.nargs != 0
+
+
+def help_options(text):
+    return set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", text))
+
+
+# --- the tests ----------------------------------------------------------------------------------
+
+def test_every_relative_link_resolves():
+    assert doc_files()[1:], "no docs/*.md found"
+    assert broken_links() == []
+
+
+def test_a_broken_link_or_anchor_fails_the_check(tmp_path):
+    """The check itself, on a copy with one link of each kind broken (and the good ones kept)."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("# Top\n\n[ok](docs/page.md) [ok anchor](docs/page.md#a-section-x)\n"
+                                        "[gone](docs/missing.md) [bad anchor](docs/page.md#no-such-heading)\n"
+                                        "`[in code](docs/not-a-link.md)` [web](https://example.com/x.md)\n")
+    (tmp_path / "docs" / "page.md").write_text("## A section: `x`\n\n[back](../README.md#top) [self](#a-section-x)"
+                                               "\n[escape](../../elsewhere.md)\n")
+    assert broken_links(str(tmp_path)) == [
+        "README.md: docs/missing.md (no such file)",
+        "README.md: docs/page.md#no-such-heading (no heading with id 'no-such-heading' in docs/page.md)",
+        "docs/page.md: ../../elsewhere.md (outside the repository)",
+    ]
+
+
+def test_a_bad_command_fails_the_checks():
+    """The command checks themselves, on commands with one mistake each."""
+    line = 'python -m oneflow.distributed.launch --nproc_per_node 2 -m libai_ext.cli.train_net --config-file <cfg> x=1'
+    tool, args = tool_call(words(line), console_scripts())
+    assert (tool, args) == (("module", "libai_ext.cli.train_net"), ["--config-file", PLACEHOLDER, "x=1"])
+    assert parse_with_tool("libai_ext.cli.train_net", args) is None
+    assert "unrecognized arguments: --bogus" in parse_with_tool("libai_ext.cli.train_net", args + ["--bogus"])
+    assert "--config-file" in parse_with_tool("libai_ext.cli.train_net", ["--resume"])
+    layouts = ["--config-file", "configs/demo_pipeline_cpu.py", "--layouts", "1", "dp2xacc2:graph"]
+    assert parse_with_tool("libai_ext.cli.check_equivalence", layouts) is None
+    assert "layout 'pp2x'" in parse_with_tool("libai_ext.cli.check_equivalence", layouts + ["pp2x"])
+    assert make_targets_shown(words('make -C . test-all PYTEST_ARGS="-x -q" # comment')) == ["test-all"]
+    assert "tset" not in makefile_targets()
+    assert repository_paths("`configs/nope.py`, configs/libai_{a,b}_cpu.py, tests/test_x.py::test_y., "
+                            "`libai_ext/manifest.json`") == {"configs/nope.py", "tests/test_x.py"}
+
+
+def test_headings_get_githubs_ids():
+    assert slug("One trajectory, any layout: `train.randomness=\"layout_invariant\"`") == \
+        "one-trajectory-any-layout-trainrandomnesslayout_invariant"
+    assert slug("LiBai 0.1.1 and LiBai main") == "libai-011-and-libai-main"
+    assert slug("13. In-place buffer updates are lost inside `nn.Graph`") == \
+        "13-in-place-buffer-updates-are-lost-inside-nngraph"
+
+
+def test_every_docs_page_is_reachable_from_the_readme():
+    unreachable = [relative(p) for p in doc_files()[1:] if p not in reachable_pages()]
+    assert unreachable == [], "not linked from README.md, directly or through other pages"
+
+
+def test_every_tool_shown_answers_help(shown, helps):
+    assert helps, "no tool command found in the docs"
+    unknown = sorted({f"{page}: {target}" for page, (kind, target), _, _ in shown["calls"]
+                      if kind == "unparsable" or target.startswith("unknown")})
+    assert unknown == []
+    failed = {f"{kind} {target}": (run.returncode, run.stderr[-500:]) for (kind, target), run in helps.items()
+              if run.returncode != 0 or "usage:" not in run.stdout}
+    assert failed == {}
+
+
+def test_every_shell_script_shown_parses(shown):
+    scripts = sorted({target for _, (kind, target), _, _ in shown["calls"] if kind == "shell"})
+    assert scripts, "no shell script found in the docs"
+    for script in scripts:
+        result = subprocess.run(["bash", "-n", os.path.join(ROOT, script)], capture_output=True, text=True, timeout=30)
+        assert result.returncode == 0, f"{script}: {result.stderr}"
+
+
+def test_every_command_shown_parses(shown, helps, monkeypatch):
+    """Code blocks: full commands, parsed by the tool's own parser. Inline code: fragments, so only their
+    options are checked against the tool's."""
+    monkeypatch.chdir(ROOT)
+    problems, parsed = [], 0
+    for page, (kind, target), args, from_block in shown["calls"]:
+        module = cli_module_of(kind, target) if kind in ("module", "script") else None
+        if module and from_block:
+            error = parse_with_tool(module, args)
+            parsed += 1
+        elif kind in ("module", "script"):
+            known = help_options(helps[("module", module) if module else (kind, target)].stdout)
+            unknown = sorted({a.split("=")[0] for a in args if a.startswith("-")} - known)
+            error = f"options not in its --help: {unknown}" if unknown else None
+        else:
+            continue
+        if error:
+            problems.append(f"{page}: {target} {' '.join(args)}\n    {error}")
+    assert parsed > 0, "no full tool command found in the docs' code blocks"
+    assert problems == [], "\n".join(problems)
+
+
+def test_every_make_target_shown_exists(shown):
+    targets = makefile_targets()
+    assert {"setup", "demo", "test"} <= targets, f"Makefile targets not found: {sorted(targets)}"
+    assert shown["make"], "no make command found in the docs"
+    missing = sorted({f"{page}: make {target}" for page, target in shown["make"] if target not in targets})
+    assert missing == []
+
+
+def test_every_repository_path_shown_exists(shown):
+    assert any(path.startswith("configs/") for _, path in shown["paths"])
+    missing = sorted({f"{page}: {path}" for page, path in shown["paths"]
+                      if not os.path.exists(os.path.join(ROOT, path))})
+    assert missing == []
+
+
+def test_the_long_tier_table_names_the_files_with_a_long_marker():
+    tests = os.path.join(ROOT, "tests")
+    marked = {f"tests/{name}" for name in os.listdir(tests) if name.startswith("test_") and name.endswith(".py")
+              and name != os.path.basename(__file__) and LONG_MARKER.search(read(os.path.join(tests, name)))}
+    text = read(os.path.join(ROOT, "docs", "testing.md"))
+    section = text.split("## What the long tier holds", 1)[1].split("\n## ", 1)[0]
+    rows = "\n".join(line for line in section.splitlines() if line.startswith("|"))
+    assert marked, "no test file holds a long marker"
+    assert set(re.findall(r"tests/test_\w+\.py", rows)) == marked
