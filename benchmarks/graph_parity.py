@@ -10,8 +10,8 @@ Runs tests/rank_scripts/graph_parity.py once (no random crop, no mixup in any mo
   mode, and between one graph step with ``num_accumulation_steps=2`` and the mean of two eager
   micro-batches;
 * ``--swin-dropout``: ``configs/swin_digits_cpu.py`` on 1 rank with dropout 0.1, attention
-  dropout 0.1, drop-path 0.2 and ``train.randomness=layout_invariant`` (issue 11: "graph mode with
-  dropout on matches eager within 1e-4 over 10 iterations on 1 rank"), modes eager and graph:
+  dropout 0.1, drop-path 0.2 and ``train.randomness=layout_invariant`` (the target: graph mode
+  with dropout on matches eager within 1e-4 over 10 iterations on 1 rank), modes eager and graph:
   prints the largest relative loss difference.
 """
 import argparse

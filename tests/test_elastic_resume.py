@@ -1,8 +1,8 @@
 """A checkpoint saved under one layout resumes under another and continues the uninterrupted run.
 
 ``train.randomness="layout_invariant"``: the random state a resume needs is layout-free
-(dropout counters travel with the model, the global-order sampler resumes from ``consumed_samples``,
-augmentation is keyed by (seed, epoch, sample) and mixup by (seed, iteration); every rank takes rank
+(dropout is keyed by the step, the global-order sampler resumes from the saved data position,
+augmentation is keyed by (seed, epoch, sample) and mixup by (seed, step); every rank takes rank
 0's python/numpy/OneFlow streams for whatever user code still draws from them).  The global batch
 is 32 on every layout (16 per data-parallel rank).  Real digits, random crop, mixup/cutmix, dropout, attention
 dropout and drop-path on (configs/swin_digits_cpu.py).  The uninterrupted run and the

@@ -1,4 +1,4 @@
-"""dp2 with 16 samples per rank reads the same global batches as 1 rank with 32 (issue 11).
+"""dp2 with 16 samples per rank reads the same global batches as 1 rank with 32.
 
 LiBai's real image loader over the digits (the first 100: an epoch is 3 global batches of 32),
 built by each trainer, no mixup, augmentation drawing from python, numpy and OneFlow

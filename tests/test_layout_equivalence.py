@@ -1,4 +1,4 @@
-"""Issue 11's equivalence targets: the parallel layout does not change the training.
+"""The parallel layout does not change the training (configs/swin_digits_cpu.py).
 
 configs/swin_digits_cpu.py from the seed alone (no shared checkpoint), real digits, random crop,
 mixup/cutmix, label smoothing, dropout 0.1, attention dropout 0.1 and drop-path 0.2, the same

@@ -13,7 +13,7 @@ import argparse
 import json
 import logging
 
-from libai_ext.data.text_data import DEFAULT_ROOT, ensure_text_data, read_manifest
+DEFAULT_ROOT = "./data/libai_text"  # libai_ext.data.text_data.DEFAULT_ROOT (imported after parsing: no OneFlow in --help)
 
 
 def main(argv=None):
@@ -21,6 +21,10 @@ def main(argv=None):
     parser.add_argument("--out", default=DEFAULT_ROOT, help=f"the folder to build (default {DEFAULT_ROOT})")
     parser.add_argument("--libai-source", default=None, help="a LiBai source folder or .tar.gz archive")
     args = parser.parse_args(argv)
+    from libai_ext.data import text_data
+
+    assert text_data.DEFAULT_ROOT == DEFAULT_ROOT, "keep the two defaults equal"
+    ensure_text_data, read_manifest = text_data.ensure_text_data, text_data.read_manifest
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     ensure_text_data(args.out, libai_source=args.libai_source)
     print(json.dumps(read_manifest(args.out), indent=1))

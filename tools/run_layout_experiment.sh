@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 11's experiment: does the parallel layout change the training?  Swin on the digits, CPU ranks,
+# The layout experiment: does the parallel layout change the training?  Swin on the digits, CPU ranks,
 # random crop + mixup/cutmix + label smoothing + dropout 0.1 + attention dropout 0.1 + drop-path 0.2,
 # from the seed alone (no shared checkpoint), the same global batch of 32 on every layout:
 #   1 rank, pp2, tp2 x pp2, (dp, tp, pp) = (2, 2, 2)

@@ -13,8 +13,8 @@ Which ranks must agree:
 * ``ConsistentBatchTrainer``, and stock LiBai main (whose ``get_batch`` goes through
   stage 0 since LiBai #255): every field comes from one stage-0 rank per group, so
   nothing can disagree; the guard still checks that different data-parallel groups
-  do not hold identical batches (a sampler that ignores the data-parallel rank, which
-  stock LiBai main still has under dp x pp).
+  do not hold identical batches (a sampler that ignores the data-parallel rank, as
+  stock LiBai 0.1.1's does under dp x pp).
   With stage-0-only loading (its default under pipeline parallelism) only stage 0
   holds data at all: the guard has nothing to compare and lets the batches through.
 """
