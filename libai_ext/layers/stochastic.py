@@ -36,7 +36,7 @@ from ..random import modes
 from ..random.counter_rng import (
     call_keys, keep_mask, keep_threshold, local_counter_bits, shard_box, stream_keys, stream_words,
 )
-from ..random.shard_rng import shard_coordinates, shard_generator
+from ..random.shard_rng import local_device, shard_coordinates, shard_generator
 from . import graph_calls
 
 logger = logging.getLogger(__name__)
@@ -149,7 +149,7 @@ class _CounterStream(nn.Module):
 
     def _drop_native(self, x, call, mask_shape, mask_sbp):
         coordinates = shard_coordinates(x.placement, mask_sbp or x.sbp) if x.is_global else ()
-        generator = shard_generator(modes.layer_seed(), self.stream, call, coordinates)
+        generator = shard_generator(local_device(x), modes.layer_seed(), self.stream, call, coordinates)
         partial = x.is_global and flow.sbp.partial_sum in x.sbp
         if mask_shape is None and not partial:  # the fused kernel, on x itself
             return flow._C.dropout(x, self.rate, True, False, generator)
