@@ -23,6 +23,7 @@ from ..compat import apply_patches, fill_missing_config_keys
 from .batch_check import BATCH_CHECK_MODES, install_batch_check
 from .graph import check_graph_options
 from .hooks import RawLossWriter
+from .launcher_lifetime import die_with_launcher
 from ..random import DEFAULT_RANDOMNESS, check_randomness
 from ..random.seeding import check_scope, check_seed, seed_from_config
 
@@ -95,6 +96,7 @@ def write_run_info(cfg, trainer_cls, wall_time_s, results):
 
 def setup(args):
     """Load and check the config, then set up every rank: patches, LiBai's setup, logging, seeds."""
+    die_with_launcher()
     cfg = load_config(args)
     trainer_cls = check_config(cfg)
     fill_missing_config_keys(cfg)  # before default_setup, which reads train.dist.device_type on main

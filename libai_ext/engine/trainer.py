@@ -11,11 +11,13 @@ from libai.utils import distributed as dist
 from ..compat import fill_missing_config_keys, get_batch_api
 from ..compat.layout import placement_data_parallel_rank
 from ..layers import name_stochastic_layers
-from ..random import DEFAULT_RANDOMNESS, RNGStateCheckpointer, preserved_rng_state, recording_init, reinitialize
+from ..random import DEFAULT_RANDOMNESS, preserved_rng_state, recording_init, reinitialize
 from .batch import consistent_batch
+from .checkpoint import use_committed_checkpoints, with_committed_retention
 from .global_loader import use_global_order, wants_global_order
 from .global_mixup import mixup_step
-from .resume import continue_finished_run, load_checkpoint_or_weights
+from .launcher_lifetime import die_with_launcher
+from .resume import choose_resume_checkpoint, continue_finished_run, load_checkpoint_or_weights
 from .stage0_loading import Stage0Batch, Stage0OnlyLoader
 
 
@@ -79,6 +81,9 @@ class ConsistentBatchTrainer(DefaultTrainer):
     config's own): the global batch of each step is the same samples, augmented the same way,
     on any data-parallel layout (``global_loader``); ``"fast"`` keeps LiBai's sampler.
 
+    Checkpoints commit atomically (``libai_ext.engine.checkpoint``): a save killed at any point
+    leaves the last committed checkpoint resumable, and ``--resume`` takes the newest intact one.
+
     Randomness: checkpoints also hold every rank's python/numpy/OneFlow state, so
     ``--resume`` continues the exact random streams; evaluation runs inside a saved and
     restored random state, so it never shifts training's streams; stochastic layers of
@@ -97,14 +102,18 @@ class ConsistentBatchTrainer(DefaultTrainer):
     """
 
     def __init__(self, cfg):
+        die_with_launcher()
         fill_missing_config_keys(cfg)  # a config written for LiBai 0.1.1 also runs on main
+        choose_resume_checkpoint(cfg)
         continue_finished_run(cfg)
         super().__init__(cfg)
 
     def resume_or_load(self, resume=True):
-        if not isinstance(self.checkpointer, RNGStateCheckpointer):
-            self.checkpointer = RNGStateCheckpointer.wrapping(self.checkpointer)
+        use_committed_checkpoints(self)
         load_checkpoint_or_weights(self, resume)
+
+    def build_hooks(self):
+        return with_committed_retention(super().build_hooks(), self.cfg)
 
     def run_step(self):
         # get_batch is a classmethod LiBai calls without the iteration: hand it over here.
