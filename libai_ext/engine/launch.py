@@ -96,7 +96,7 @@ def write_run_info(cfg, trainer_cls, wall_time_s, results):
 
 def setup(args):
     """Load and check the config, then set up every rank: patches, LiBai's setup, logging, seeds."""
-    die_with_launcher()
+    tied_to_launcher = die_with_launcher()
     cfg = load_config(args)
     trainer_cls = check_config(cfg)
     fill_missing_config_keys(cfg)  # before default_setup, which reads train.dist.device_type on main
@@ -105,6 +105,8 @@ def setup(args):
     setup_logger(cfg.train.output_dir, distributed_rank=dist.get_rank(), name="libai_ext")
     # In every rank's log (log.txt, log.txt.rank<r>): proof that LiBai's start-up passed here.
     logger.info(f"{SETUP_DONE} on rank {dist.get_rank()}")
+    if tied_to_launcher:
+        logger.info(f"rank {dist.get_rank()} ends with its launcher (prctl PR_SET_PDEATHSIG)")
     seed_from_config(cfg)
     return cfg, trainer_cls
 
