@@ -41,6 +41,7 @@ def test_each_rank_seeds_saves_and_restores_only_its_own_gpu(ranks):
 
 def test_the_recording_sees_a_call_that_reaches_every_gpu(ranks):
     for record in ranks.values():
+        assert record["gpus"] == GPUS
         assert record["phases"]["manual_seed_all"]["devices"] == list(range(GPUS))
 
 

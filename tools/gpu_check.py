@@ -7,6 +7,11 @@ On 1 GPU:
   CUDA equal the CPU ones bit for bit;
 * ``resume``: the demo trains on 1 CUDA rank, and a run stopped after iteration K-1 and resumed
   repeats the uninterrupted run's raw per-iteration losses exactly.
+* ``generators``: on each rank (1, or 2 where there are 2 GPUs), seeding, random-state capture
+  and restore, keyed augmentation and "fast" dropout touch only that rank's own GPU, "fast"
+  dropout creates one generator per (device, stream) however many calls, and a random draw on
+  the GPU inside keyed augmentation is refused (``tests/rank_scripts/gpu_host.py``, every
+  generator creation and GPU call recorded).
 On 2 GPUs or more, also:
 * ``pairing``: pp2 ``get_batch`` keeps images and mixed-up labels paired with
   ``ConsistentBatchTrainer``, and breaks them with stock ``DefaultTrainer`` (the bug is seen);
@@ -33,6 +38,8 @@ from libai_ext.testing import launch, raw_losses_by_run  # noqa: E402  (after th
 DEMO = os.path.join(ROOT, "configs", "demo_pipeline_cpu.py")
 TRAIN_NET = os.path.join(ROOT, "tools", "train_net.py")
 PAIRING_SCRIPT = os.path.join(ROOT, "tests", "rank_scripts", "pairing.py")
+GPU_HOST_SCRIPT = os.path.join(ROOT, "tests", "rank_scripts", "gpu_host.py")
+SIMULATED_GPUS = 8  # --device cpu: the generators check runs in a simulated 8-GPU host
 LAUNCH_TIMEOUT = 240  # one job; a GPU job of these takes well under a minute
 TOTAL_BUDGET_S = 540  # the whole check stays under 10 minutes, start-up included
 RESUME_K = 4
@@ -135,6 +142,30 @@ def check_resume(device, workdir):
     return f"iterations {RESUME_K}-{2 * RESUME_K - 1}: {len(tail)} resumed losses equal bit for bit"
 
 
+def check_generators(device, workdir, nproc):
+    """Per rank: one generator per (device, stream), and no GPU touched but the rank's own."""
+    args = [] if device == "cuda" else ["--simulated-gpus", SIMULATED_GPUS]
+    result = launch(GPU_HOST_SCRIPT, nproc, args, timeout=job_timeout(), device=device,
+                    workdir=os.path.join(workdir, "generators-logs"))
+    for rank in range(nproc):
+        record = result.record(rank)
+        own, phases = record["own_device"], record["phases"]
+        for phase in ("seeding", "rng_state", "keyed_streams", "fast_dropout"):
+            expect(phases[phase]["devices"] == [own], f"rank {rank}: {phase} touched GPUs {phases[phase]['devices']}, "
+                                                      f"its own is {own}")
+        created = phases["fast_dropout"]["created"]
+        expect(created == {"cpu": record["streams"], f"cuda:{own}": record["streams"]},
+               f"rank {rank}: {record['dropout_calls']} fast dropout calls on {record['streams']} streams created "
+               f"generators {created}")
+        expect(phases["manual_seed_all"]["devices"] == list(range(record["gpus"])),
+               f"rank {rank}: the recording did not see flow.cuda.manual_seed_all reach all {record['gpus']} GPUs")
+        expect(record["keyed_gpu_refusal"] is not None, f"rank {rank}: a GPU draw inside keyed augmentation "
+                                                        "went unnoticed")
+    host = "" if device == "cuda" else f" (simulated {SIMULATED_GPUS}-GPU host)"
+    return (f"{nproc} ranks{host}: each touched its own GPU only; {record['dropout_calls']} fast dropouts created "
+            f"{record['streams']} generators per device; GPU draw in keyed augmentation refused")
+
+
 def stock_keeps_pairs_on_pp2(mixup):
     """What stock LiBai does at dp=1 x pp2: 0.1.1 breaks pairs with mixup only (every stage reads the same
     samples); main takes every field from stage 0 (LiBai #255) and keeps them."""
@@ -195,7 +226,10 @@ def check_guard(device, workdir):
 # --- driver -----------------------------------------------------------------------------------
 
 def planned_checks(gpus):
-    checks = [("masks", 1, lambda device, workdir: check_masks(device)), ("resume", 1, check_resume)]
+    generator_ranks = 2 if gpus >= 2 else 1
+    checks = [("masks", 1, lambda device, workdir: check_masks(device)), ("resume", 1, check_resume),
+              ("generators", generator_ranks,
+               lambda device, workdir: check_generators(device, workdir, generator_ranks))]
     if gpus >= 2:
         checks += [("pairing", 2, check_pairing), ("guard", 2, check_guard)]
     return checks

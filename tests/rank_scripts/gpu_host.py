@@ -80,9 +80,11 @@ def main():
     phases["fast_dropout"] = fast_dropouts(calls, layers, simulated)
     flow.cuda.manual_seed_all(1)  # what libai_ext 0.1 seeded: proof that the recording sees every GPU
     phases["manual_seed_all"] = calls.snapshot()
+    gpus = flow.cuda.device_count()
     calls.uninstall()
     write_rank_result(own_device=own_cuda_device() if not simulated else flow.cuda.current_device(),
-                      phases=phases, dropout_calls=2 * LAYERS * STEPS, streams=LAYERS, keyed_gpu_refusal=refusal)
+                      gpus=gpus, phases=phases, dropout_calls=2 * LAYERS * STEPS, streams=LAYERS,
+                      keyed_gpu_refusal=refusal)
 
 
 if __name__ == "__main__":
