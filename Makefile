@@ -16,13 +16,14 @@ LIBAI_MAIN_ARCHIVE ?= ../shared/vendor/libai-main-9dcbe3b.tar.gz
 LIBAI_MAIN_VENV ?= .venv-libai-main
 # The multi-rank core on LiBai main: compat branches, pairing with LiBai's real loader and sampler
 # shards, stage-0-only loading, seeding, stochastic layers, the batch guard, evaluation padding,
-# exact resume, the train_net swap, graph mode, the global batch mixup, and layout invariance (every
-# layout from 1 rank to (2,2,2) on one loss trajectory).
+# exact resume, the train_net swap, graph mode, the global batch mixup, layout invariance (every
+# layout from 1 rank to (2,2,2) on one loss trajectory), committed checkpoints and the fault matrix.
 LIBAI_MAIN_TESTS ?= tests/test_compat.py tests/test_environment.py tests/test_batch_errors.py \
   tests/test_pairing.py tests/test_stage0_loading.py tests/test_seeding.py tests/test_stochastic.py \
   tests/test_batch_check.py tests/test_evaluation.py tests/test_resume.py tests/test_train_net.py \
   tests/test_graph.py tests/test_global_mixup.py tests/test_global_mixup_layouts.py \
-  tests/test_layout_equivalence.py
+  tests/test_layout_equivalence.py tests/test_checkpoint_commit.py tests/test_checkpoint_faults.py \
+  tests/test_launcher_lifetime.py tests/test_gpu_host.py
 
 .PHONY: setup demo test test-all test-libai-main experiment benchmark clean-venv
 

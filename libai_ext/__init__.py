@@ -5,11 +5,14 @@ and launch ``tools/train_net.py`` with ``python -m oneflow.distributed.launch``.
 """
 from .compat import apply_cpu_patches, apply_patches
 from .data import GlobalOrderBatchSampler, KeyedAugmentation
-from .engine import ConsistentBatchTrainer, GlobalMixup, mixup_step, seed_everything, seed_from_config
+from .engine import (
+    CheckpointDamaged, CommittedCheckpointer, ConsistentBatchTrainer, GlobalMixup, die_with_launcher, mixup_step,
+    seed_everything, seed_from_config,
+)
 from .layers import DropPath, Dropout
 from .random import build_with_seeded_init, recording_init, reinitialize
 
 __version__ = "0.1.0"
-__all__ = ["ConsistentBatchTrainer", "DropPath", "Dropout", "GlobalMixup", "GlobalOrderBatchSampler",
-           "KeyedAugmentation", "apply_cpu_patches", "apply_patches", "build_with_seeded_init", "mixup_step",
-           "recording_init", "reinitialize", "seed_everything", "seed_from_config"]
+__all__ = ["CheckpointDamaged", "CommittedCheckpointer", "ConsistentBatchTrainer", "DropPath", "Dropout", "GlobalMixup",
+           "GlobalOrderBatchSampler", "KeyedAugmentation", "apply_cpu_patches", "apply_patches", "build_with_seeded_init",
+           "die_with_launcher", "mixup_step", "recording_init", "reinitialize", "seed_everything", "seed_from_config"]

@@ -210,6 +210,38 @@ def test_a_damaged_stock_folder_fails_to_load_naming_its_file(tmp_path):
         loader.load(str(tmp_path / "model_0000004"))
 
 
+def test_stock_libai_fails_on_it_with_a_bare_assertion(tmp_path):
+    """The same damage through LiBai's own loader: an AssertionError that names neither folder nor file."""
+    model, optimizer, scheduler = trained_parts()
+    stock = Checkpointer(model, str(tmp_path), optimizer=optimizer, lr_scheduler=scheduler)
+    stock.save("model_0000004")
+    os.truncate(max(tensor_files(tmp_path / "model_0000004"), key=os.path.getsize), 12)
+    with pytest.raises(AssertionError) as caught:
+        stock.load(str(tmp_path / "model_0000004"))
+    assert "model_0000004" not in str(caught.value) and "global_tensor" not in str(caught.value)
+
+
+def test_a_truncated_random_state_is_caught_before_any_rank_loads(two_checkpoints):
+    os.truncate(rng_state_path(str(two_checkpoints / "model_0000009"), 0), 10)
+    choice = scan_for_resume(str(two_checkpoints), checksums=False)
+    assert choice.chosen == "model_0000004"
+    assert "libai_ext/rng_state/rank_0.pkl has 10 bytes" in dict(choice.skipped)["model_0000009"]
+
+
+def test_a_libai_ext_0_1_checkpoint_restores_its_random_state_from_beside_it(tmp_path):
+    """libai_ext 0.1 kept the random state in <output_dir>/rng_state/<checkpoint>/rank_<r>.pkl."""
+    from libai_ext.random import RNGStateCheckpointer
+
+    model, optimizer, scheduler = trained_parts()
+    np.random.seed(21)
+    RNGStateCheckpointer(model, str(tmp_path), optimizer=optimizer, lr_scheduler=scheduler).save("model_0000004")
+    expected = float(np.random.rand())
+    assert (tmp_path / "rng_state" / "model_0000004" / "rank_0.pkl").is_file()
+    np.random.seed(5)
+    checkpointer(tmp_path).load(str(tmp_path / "model_0000004"))
+    assert float(np.random.rand()) == expected
+
+
 def test_initial_weights_are_verified_before_loading(two_checkpoints):
     target = max(tensor_files(two_checkpoints / "model_0000009"), key=os.path.getsize)
     with open(target, "r+b") as f:
