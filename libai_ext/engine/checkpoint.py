@@ -211,7 +211,7 @@ class CommittedPeriodicCheckpointer(hooks.PeriodicCheckpointer):
     def _delete_beyond_keep(self):
         save_dir = self.checkpointer.save_dir
         newest = os.path.join(save_dir, self.saved[-1])
-        if read_manifest(newest) is None:
+        if not _is_committed(newest):
             logger.warning(f"{newest} is not committed: no older checkpoint is deleted")
             return
         pointer = _read_pointer(save_dir)
@@ -219,6 +219,13 @@ class CommittedPeriodicCheckpointer(hooks.PeriodicCheckpointer):
             old = self.saved.pop(0)
             if flow.env.get_rank() == 0 and old != pointer and os.path.isdir(os.path.join(save_dir, old)):
                 retire_folder(os.path.join(save_dir, old))
+
+
+def _is_committed(folder):
+    try:
+        return read_manifest(folder) is not None
+    except CheckpointDamaged:
+        return False
 
 
 def _read_pointer(save_dir):
