@@ -3,7 +3,7 @@
 Under ``timeout`` OneFlow's launcher does not lead its process group, so its ``killpg`` on a
 failed rank reaches nobody and the other ranks run on after it exits.  The rank script here
 makes that deterministic: rank 0 fails, the others sleep without OneFlow (whose peer check ends
-a rank blocked in a collective at some point, 0 to 8 s after the launcher in our runs).  With ``die_with_launcher`` (what
+a rank blocked in a collective at some point, which would hide whether anything else ends it).  With ``die_with_launcher`` (what
 ``tools/train_net.py`` and ``ConsistentBatchTrainer`` call at start-up) they end with the
 launcher; with it turned off they are still alive 5 s later: the check sees the bug.
 The end-to-end case (a real training job, a rank killed during a save, under ``timeout``) is in
