@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 11's equivalence targets at 50 iterations, plugin and stock side by side:
+# Layout equivalence at 50 iterations, plugin and stock side by side:
 # configs/swin_digits_cpu.py from the seed alone, random crop + mixup/cutmix + label smoothing + dropout 0.1 +
 # attention dropout 0.1 + drop-path 0.2, global batch 32 on every layout, every rank its own python/numpy/OneFlow
 # stream (train.seed_scope=rank).  Writes benchmarks/results/layout_equivalence.md.
@@ -24,7 +24,7 @@ COMMON=(--config-file configs/swin_digits_cpu.py --layouts "${LAYOUTS[@]}" --ite
         echo '```'
         echo
         .venv/bin/python tools/check_equivalence.py "${COMMON[@]}" --workdir "output/layout_equivalence/$trainer" \
-            "train.trainer=$trainer" | sed -n '/^per-iteration/,$p' || true
+            "train.trainer=$trainer" | sed -n '/per-iteration raw loss/,$p' || true
     done
 } >"$OUT.tmp"
 mv "$OUT.tmp" "$OUT"

@@ -1,18 +1,42 @@
 """libai_ext: correctly paired batches and parallel-correct randomness for LiBai (0.1.1 and main).
 
 Swap the trainer in a LiBai config (``train.trainer = "libai_ext.ConsistentBatchTrainer"``)
-and launch ``tools/train_net.py`` with ``python -m oneflow.distributed.launch``.
+and launch ``libai-ext-train`` (or ``tools/train_net.py`` in a checkout) with
+``python -m oneflow.distributed.launch``.
+
+The public names below are imported on first use: ``import libai_ext`` alone loads neither
+OneFlow nor LiBai, so the command-line tools (``libai_ext.cli``) answer ``--help`` at once and
+without OneFlow's start-up messages.
 """
-from .compat import apply_cpu_patches, apply_patches
-from .data import GlobalOrderBatchSampler, KeyedAugmentation
-from .engine import (
-    CheckpointDamaged, CommittedCheckpointer, ConsistentBatchTrainer, GlobalMixup, die_with_launcher, mixup_step,
-    seed_everything, seed_from_config,
-)
-from .layers import DropPath, Dropout
-from .random import build_with_seeded_init, recording_init, reinitialize
+import importlib
 
 __version__ = "0.1.0"
-__all__ = ["CheckpointDamaged", "CommittedCheckpointer", "ConsistentBatchTrainer", "DropPath", "Dropout", "GlobalMixup",
-           "GlobalOrderBatchSampler", "KeyedAugmentation", "apply_cpu_patches", "apply_patches", "build_with_seeded_init",
-           "die_with_launcher", "mixup_step", "recording_init", "reinitialize", "seed_everything", "seed_from_config"]
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "apply_cpu_patches": ".compat", "apply_patches": ".compat",
+    "GlobalOrderBatchSampler": ".data", "KeyedAugmentation": ".data",
+    "ConsistentBatchTrainer": ".engine", "GlobalMixup": ".engine", "mixup_step": ".engine",
+    "CheckpointDamaged": ".engine", "CommittedCheckpointer": ".engine", "die_with_launcher": ".engine",
+    "seed_everything": ".engine", "seed_from_config": ".engine",
+    "DropPath": ".layers", "Dropout": ".layers",
+    "build_with_seeded_init": ".random", "recording_init": ".random", "reinitialize": ".random",
+    "watch_late_parameters": ".random", "convert_stochastic_layers": ".layers", "drawing_step": ".random.draws",
+}
+_SUBPACKAGES = ("cli", "compat", "data", "engine", "layers", "models", "random", "testing")
+__all__ = sorted(_EXPORTS, key=str.lower)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    elif name in _SUBPACKAGES:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS) | set(_SUBPACKAGES))

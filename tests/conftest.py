@@ -1,4 +1,4 @@
-import importlib.util
+import importlib
 import os
 import sys
 
@@ -15,11 +15,8 @@ RANK_SCRIPTS = os.path.join(ROOT, "tests", "rank_scripts")
 
 
 def load_tool(name):
-    """tools/<name>.py as a module (the tools are scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "tools", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The module behind tools/<name>.py: ``libai_ext.cli.<name>`` (the script is a thin wrapper of it)."""
+    return importlib.import_module(f"libai_ext.cli.{name}")
 
 
 def rank_script(name):
@@ -67,6 +64,15 @@ def pytest_configure(config):
 @pytest.fixture(scope="session")
 def repo_root():
     return ROOT
+
+
+@pytest.fixture(scope="session")
+def libai_text_data(tmp_path_factory):
+    """The text data of the LiBai GPT-2/BERT configs, built once per session (about half a minute:
+    LiBai's preprocess tool runs twice) in a temporary folder; returns its root."""
+    from libai_ext.data.text_data import ensure_text_data
+
+    return ensure_text_data(str(tmp_path_factory.mktemp("libai_text") / "data"))
 
 
 # Rank scripts import `common` as a sibling; tests import them rarely, but keep it importable.

@@ -14,6 +14,7 @@ stock LiBai):
 * the plugin on pp2 (exact) and dp2 x pp2 (within 1e-4) -> passes.
 """
 import contextlib
+import json
 import io
 import os
 import re
@@ -43,6 +44,10 @@ def check(tmp_path, capsys, data, config, layouts, *opts, rtol=1e-5):
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| layout")]
     assert len(rows) == len(layouts) - 1, out
+    for position, layout in enumerate(layouts, 1):  # which run it is on, and how far that run got
+        assert f"[{position}/{len(layouts)}] layout {layout} on " in out, out
+        assert re.search(rf"\[{position}/{len(layouts)}\] layout {layout} on \d ranks?: iteration {ITERS}/{ITERS}",
+                         out), out
     return status, rows, out
 
 
@@ -100,14 +105,25 @@ def test_dropout_seeded_per_rank_is_named(tmp_path, capsys, data):
     assert "iteration 0, forward: blocks.2.drop:out differs" in row, row
 
 
-@pytest.mark.parametrize("text, sizes", [("1", (1, 1, 1)), ("pp2", (1, 1, 2)), ("dp2xtp2xpp2", (2, 2, 2)),
-                                         ("tp4", (1, 4, 1))])
+@pytest.mark.parametrize("text, sizes", [("1", (1, 1, 1, 1, False)), ("pp2", (1, 1, 2, 1, False)),
+                                         ("dp2xtp2xpp2", (2, 2, 2, 1, False)), ("tp4", (1, 4, 1, 1, False)),
+                                         ("acc2", (1, 1, 1, 2, False)), ("dp2xacc2:graph", (2, 1, 1, 2, True)),
+                                         ("1:graph", (1, 1, 1, 1, True))])
 def test_layout_names(text, sizes):
     parsed = tool.parse_layout(text)
-    assert (parsed["dp"], parsed["tp"], parsed["pp"]) == sizes
+    assert (parsed["dp"], parsed["tp"], parsed["pp"], parsed["acc"], parsed["graph"]) == sizes
 
 
-@pytest.mark.parametrize("text", ["2", "pp", "pp0", "pp2xpp2", "dp2*pp2", "mp2"])
+def test_accumulating_layouts_keep_the_global_batch_and_average_their_micro_batches(tmp_path):
+    overrides = tool.layout_overrides(tool.parse_layout("dp2xacc2"), 32, 3, str(tmp_path))
+    assert "train.train_micro_batch_size=8" in overrides and "train.num_accumulation_steps=2" in overrides
+    with open(tmp_path / "losses.jsonl", "w") as f:
+        for i, loss in enumerate([1.0, 3.0, 2.0, 4.0, 5.0, 5.0]):
+            f.write(json.dumps({"iteration": i, "total_loss": loss}) + "\n")
+    assert tool.read_losses(str(tmp_path), 3, micro_batches=2) == [2.0, 3.0, 5.0]
+
+
+@pytest.mark.parametrize("text", ["2", "pp", "pp0", "pp2xpp2", "dp2*pp2", "mp2", "acc0", "pp2:eager", "graph"])
 def test_bad_layouts_are_refused_by_name(text):
     with pytest.raises(tool.UsageError, match=re.escape(f"--layouts: {text!r}")):
         tool.parse_layout(text)

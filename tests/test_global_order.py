@@ -1,4 +1,5 @@
-"""The global-order sampler and keyed augmentation, in process (multi-rank: test_global_order_layouts.py).
+"""The global-order sampler and keyed augmentation, in process (multi-rank: test_global_order_layouts.py;
+the data position a checkpoint saves: test_data_position.py).
 
 Sampler tests use a synthetic dataset (only its length matters); augmentation tests use the
 digits with flowvision's transforms from each of the three streams they draw from.
@@ -44,6 +45,54 @@ def test_data_parallel_slices_make_the_one_rank_batch(dp):
     assert global_batches(dp, 1, sampler=CyclicSampler)[0] != global_batches(1, 1, sampler=CyclicSampler)[0]
 
 
+def samples_by_global_position(dp, acc, whole_step=False, steps=7, global_batch=32, consumed=0):
+    """{(epoch, step, position in the step's global batch): dataset index} read by every rank,
+    each rank's batches checked to come in order, as contiguous pieces of the rank's slice."""
+    micro = global_batch // (dp * acc)
+    per_step = 1 if whole_step else acc
+    read = {}
+    for rank in range(dp):
+        sampler = GlobalOrderBatchSampler(range(SIZE), micro, consumed_samples=consumed, data_parallel_rank=rank,
+                                          data_parallel_size=dp, seed=3, num_accumulation_steps=acc,
+                                          whole_step=whole_step)
+        first = sampler.position.batch
+        for k, batch in enumerate(batches(sampler, steps * per_step)):
+            m = (first + k) % per_step
+            assert batch.micro_step == m and len(batch) == micro * acc // per_step
+            assert batch.first_position == rank * micro * acc + m * len(batch), (rank, k)
+            for i, index in enumerate(batch):
+                key = (batch.epoch, batch.step, batch.first_position + i)
+                assert key not in read
+                read[key] = index
+    return read
+
+
+@pytest.mark.parametrize("dp, acc, whole_step", [(1, 2, False), (2, 1, False), (2, 2, False), (1, 2, True),
+                                                 (2, 2, True), (1, 4, False)])
+def test_accumulation_reads_the_same_samples_in_the_same_global_positions(dp, acc, whole_step):
+    """(dp, acc) with one global batch of 32: the union of what every rank reads per optimizer step is
+    the 1-rank global batch, sample by sample (eager: acc micro-batches per rank; LiBai 0.1.1's graph
+    mode: the rank's whole slice at once)."""
+    one = samples_by_global_position(1, 1)
+    assert sorted({(e, t) for e, t, _ in one}) == [(0, 0), (0, 1), (0, 2), (1, 3), (1, 4), (1, 5), (2, 6)]
+    assert samples_by_global_position(dp, acc, whole_step) == one
+
+
+def test_accumulation_keeps_libai_consumed_samples():
+    """Global samples so far, counted per loader batch: LiBai's eager resume position after an iteration."""
+    sampler = GlobalOrderBatchSampler(range(SIZE), 8, data_parallel_size=2, num_accumulation_steps=2)
+    iterator = iter(sampler)
+    for micro_steps in range(1, 5):
+        next(iterator)
+        assert sampler.consumed_samples == micro_steps * 8 * 2
+    # A resume after an odd number of micro-steps continues with the step's second micro-batch.
+    resumed = samples_by_global_position(2, 2, steps=3, consumed=16)
+    straight = samples_by_global_position(2, 2, steps=4)
+    # (step, micro-batch) pairs the resumed run did not read: the one before it, the one after its last
+    skipped = {(0, 0), (3, 1)}
+    assert {k: v for k, v in straight.items() if (k[1], k[2] % 16 // 8) not in skipped} == resumed
+
+
 def test_each_epoch_is_a_fresh_permutation():
     steps = batches(GlobalOrderBatchSampler(range(SIZE), 32, seed=3), 6)
     assert [b.epoch for b in steps] == [0, 0, 0, 1, 1, 1]
@@ -75,6 +124,9 @@ def test_libai_conventions():
     (dict(micro_batch_size=0), "train.train_micro_batch_size"),
     (dict(micro_batch_size=8, data_parallel_rank=2, data_parallel_size=2), "train.dist.data_parallel_size"),
     (dict(micro_batch_size=8, consumed_samples=-1), "dataloader.consumed_samples"),
+    (dict(micro_batch_size=8, consumed_samples=4), "dataloader.consumed_samples"),
+    (dict(micro_batch_size=8, num_accumulation_steps=0), "train.num_accumulation_steps"),
+    (dict(micro_batch_size=16, data_parallel_size=2, num_accumulation_steps=4), "train.num_accumulation_steps"),
     (dict(micro_batch_size=64, data_parallel_size=2), "train.train_micro_batch_size x data parallel size"),
 ])
 def test_bad_input_names_the_config_key(kwargs, key):
@@ -168,7 +220,7 @@ def test_stock_loader_rebuilt_around_its_dataset(digits):
     rebuilt = use_global_order(stock, consumed_samples=16)
     assert isinstance(rebuilt.sampler, GlobalOrderBatchSampler) and rebuilt.sampler.consumed_samples == 16
     assert rebuilt.dataset.dataset is digits and len(rebuilt.dataset) == len(digits)
-    assert rebuilt.mixup_func == "mixup" and rebuilt.collate_fn is trivial_batch_collator
+    assert rebuilt.mixup_func == "mixup" and rebuilt.dataset.collate_fn is trivial_batch_collator
     other = DataLoader(digits, batch_size=8)
     assert use_global_order(other) is other
 
@@ -183,7 +235,9 @@ def test_mixup_none_written_as_a_string_is_refused(digits):
 
 
 def test_persistent_workers_of_the_stock_loader_stop_and_the_rebuilt_loader_keeps_workers(digits):
-    """LiBai main builds its train loader with persistent workers, which OneFlow starts at once."""
+    """LiBai main builds its train loader with persistent workers, which OneFlow starts at once.  The
+    rebuilt loader keeps the workers but not their persistence (its sampler never ends), and starts
+    them at the first batch asked for: after a resume has restored its position."""
     def stock(**workers):
         return DataLoader(digits, batch_sampler=CyclicSampler(digits, 8, shuffle=True, seed=3),
                           collate_fn=trivial_batch_collator, **workers)
@@ -195,7 +249,9 @@ def test_persistent_workers_of_the_stock_loader_stop_and_the_rebuilt_loader_keep
     for worker in started:
         worker.join(timeout=10)
     assert not any(w.is_alive() for w in started), "the stock loader's workers still run"
-    assert rebuilt.num_workers == 2 and rebuilt.persistent_workers
+    assert rebuilt.num_workers == 2 and not rebuilt.persistent_workers
+    iter(rebuilt)
+    assert rebuilt.sampler.consumed_samples == 0, "workers started before the first batch was asked for"
     reference = use_global_order(stock())
     for a, b in zip(batches(rebuilt, 2), batches(reference, 2)):
         assert np.array_equal(a.get("images").tensor.numpy(), b.get("images").tensor.numpy())

@@ -51,9 +51,10 @@ class CIFAR100Folder(flow.utils.data.Dataset):
     Samples are ``Instance(images=DistTensorData(img, placement_idx=0),
     labels=DistTensorData(label, placement_idx=-1))`` like ``libai.data.datasets.CIFAR100Dataset``.
     ``transform`` receives a 32x32 RGB PIL image; without one, images become float CHW in [0, 1].
+    ``max_samples``: only the first ones (short epochs for tests and quick runs).
     """
 
-    def __init__(self, root, train=True, transform=None):
+    def __init__(self, root, train=True, transform=None, max_samples=None):
         self.root = root
         self.train = train
         self.transform = transform
@@ -71,6 +72,10 @@ class CIFAR100Folder(flow.utils.data.Dataset):
         self.targets = [int(t) for t in _get(entry, "fine_labels")]
         if len(self.targets) != len(self.data):
             raise ValueError(f"{split}: {len(self.data)} images but {len(self.targets)} labels")
+        if max_samples is not None:
+            if int(max_samples) < 1:
+                raise ValueError(f"CIFAR100Folder max_samples={max_samples} must be at least 1")
+            self.data, self.targets = self.data[:int(max_samples)], self.targets[:int(max_samples)]
         names = _get(_load_pickle(meta), "fine_label_names")
         self.classes = [n.decode() if isinstance(n, bytes) else str(n) for n in names]
 

@@ -1,94 +1,185 @@
-"""A batch sampler whose global batch does not depend on the data-parallel size.
+"""A batch sampler whose global batches depend neither on the data-parallel size nor on accumulation.
 
 LiBai's ``CyclicSampler`` gives each data-parallel rank a contiguous bucket of the dataset,
 so the global batch of step ``t`` on dp=2 holds other samples than on 1 rank.  Here every
-rank walks the same permutation of the *whole* dataset (one per (seed, epoch)): global batch
-``t`` is the next ``micro_batch_size * data_parallel_size`` entries, and rank ``r`` takes the
-``r``-th ``micro_batch_size`` of them.  On 1 rank with micro batch 32 and on dp2 with 16 per
-rank the global batches are the same samples in the same order.
+rank walks the same order of the *whole* dataset (one keyed permutation per (seed, epoch),
+computed per position: ``random.index_shuffle``).  The global batch of optimizer step ``t``
+is the next ``G = micro_batch_size x data_parallel_size x num_accumulation_steps`` entries
+of that order, and data-parallel rank ``r`` owns the contiguous slice
+``[r * acc * micro, (r + 1) * acc * micro)`` of it.  It yields that slice
+
+* as ``acc`` micro-batches in order (micro-batch ``m`` starts at ``r * acc * micro + m * micro``):
+  LiBai's eager trainer, and LiBai main's graph trainer, which joins them per rank;
+* or whole (``whole_step=True``): LiBai 0.1.1's graph trainer, whose loader batch is
+  ``micro x acc`` and whose graph splits it into the micro-batches.
+
+So 1 rank with the whole global batch, (dp1, acc2), (dp2, acc1) and (dp2, acc2) read the same
+samples in the same global positions at every step.
 
 Conventions follow ``CyclicSampler`` so that LiBai's trainers need nothing else: it cycles
-forever, ``consumed_samples`` counts *global* samples (LiBai's resume position), each epoch
-drops the tail that does not fill a global batch, and ``len()`` is the dataset size.
+forever, ``consumed_samples`` counts *global* samples (LiBai's resume position), a global
+batch never crosses the end of an epoch (what of an epoch cannot fill one is skipped), and
+``len()`` is the dataset size.
 
 Each batch is an ``EpochBatch``: a list of dataset indices (usable as any ``batch_sampler``'s)
-that also says its epoch, which ``KeyedAugmentation`` needs to key each sample's augmentation.
+that also says its epoch, optimizer step, micro-batch and first global position.
 """
+import dataclasses
+from typing import NamedTuple
+
+import numpy as np
 from oneflow.utils.data import Sampler
 
-from ..random.sample_keys import epoch_permutation
+from ..random.sample_keys import epoch_order
+
+
+class BatchPosition(NamedTuple):
+    """Where one loader batch lies: row ``i`` is sample ``first_position + i`` of the global batch of
+    optimizer step ``step`` (counted from the run's start) in ``epoch``; ``micro_step`` says which
+    of this rank's batches of that step it is (0 when one batch holds the rank's whole share)."""
+    epoch: int
+    step: int
+    micro_step: int
+    first_position: int
+    rows: int
 
 
 class EpochBatch(list):
-    """A batch of dataset indices, and the epoch they were drawn in."""
+    """A batch of dataset indices, and where it lies in the global order (``BatchPosition``'s fields)."""
 
-    def __init__(self, indices, epoch):
+    def __init__(self, indices, epoch, step=0, micro_step=0, first_position=0):
         super().__init__(indices)
         self.epoch = int(epoch)
+        self.step = int(step)
+        self.micro_step = int(micro_step)
+        self.first_position = int(first_position)
+
+    @property
+    def position(self):
+        return BatchPosition(self.epoch, self.step, self.micro_step, self.first_position, len(self))
+
+
+@dataclasses.dataclass(frozen=True)
+class OrderPosition:
+    """The next loader batch: the ``batch``-th of this rank's batches of the global batch that starts
+    at ``step_start`` of ``epoch``'s order, optimizer step ``step``, after ``consumed_samples``."""
+    epoch: int
+    step_start: int
+    batch: int
+    step: int
+    consumed_samples: int
 
 
 class GlobalOrderBatchSampler(Sampler):
-    """``CyclicSampler``'s arguments; yields this rank's ``EpochBatch`` of each global batch."""
+    """``CyclicSampler``'s arguments (``micro_batch_size``: LiBai's ``train.train_micro_batch_size``)
+    plus the accumulation; yields this rank's ``EpochBatch``-es of each global batch."""
 
     def __init__(self, dataset, micro_batch_size, shuffle=True, consumed_samples=0, data_parallel_rank=0,
-                 data_parallel_size=1, seed=0):
-        _check_layout(micro_batch_size, data_parallel_rank, data_parallel_size, consumed_samples)
+                 data_parallel_size=1, seed=0, num_accumulation_steps=1, whole_step=False):
+        _check_layout(micro_batch_size, data_parallel_rank, data_parallel_size, consumed_samples,
+                      num_accumulation_steps)
         self.dataset = dataset
         self.data_size = len(dataset)
         self.micro_batch_size = int(micro_batch_size)
+        self.num_accumulation_steps = int(num_accumulation_steps)
         self.data_parallel_rank = int(data_parallel_rank)
         self.data_parallel_size = int(data_parallel_size)
-        self.global_batch_size = self.micro_batch_size * self.data_parallel_size
+        self.share = self.micro_batch_size * self.num_accumulation_steps  # one rank's slice of a global batch
+        self.global_batch_size = self.share * self.data_parallel_size
+        self.whole_step = bool(whole_step)
+        self.batch_size = self.share if self.whole_step else self.micro_batch_size
+        self.batches_per_step = 1 if self.whole_step else self.num_accumulation_steps
         if self.data_size < self.global_batch_size:
             raise ValueError(
                 f"the training dataset has {self.data_size} samples, fewer than one global batch of "
-                f"{self.global_batch_size} (train.train_micro_batch_size x data parallel size)")
+                f"{self.global_batch_size} (train.train_micro_batch_size x data parallel size x "
+                "train.num_accumulation_steps)")
         self.samples_per_epoch = self.data_size // self.global_batch_size * self.global_batch_size
-        self.shuffle = shuffle
-        self.consumed_samples = int(consumed_samples)
+        self.shuffle = bool(shuffle)
         self.seed = int(seed)
+        self._order = None
+        self.position = self.position_at(consumed_samples)
 
-    def epoch_order(self, epoch):
-        """The global order of ``epoch``: the samples every rank's slices come from."""
-        if self.shuffle:
-            order = epoch_permutation(self.seed, epoch, self.data_size)
-        else:
-            order = range(self.data_size)
-        return [int(i) for i in order[:self.samples_per_epoch]]
+    @property
+    def consumed_samples(self):
+        return self.position.consumed_samples
+
+    def set_consumed_samples(self, consumed_samples):
+        self.position = self.position_at(consumed_samples)
+
+    def position_at(self, consumed_samples):
+        """The position after ``consumed_samples`` global samples read with this global batch from the start."""
+        consumed_samples = int(consumed_samples)
+        epoch, in_epoch = divmod(consumed_samples, self.samples_per_epoch)
+        steps, in_step = divmod(in_epoch, self.global_batch_size)
+        batch, rest = divmod(in_step, self.batch_size * self.data_parallel_size)
+        if rest:
+            raise ValueError(f"dataloader.consumed_samples={consumed_samples} is not at a loader batch boundary "
+                             f"(multiples of {self.batch_size * self.data_parallel_size} global samples)")
+        steps_per_epoch = self.samples_per_epoch // self.global_batch_size
+        return OrderPosition(epoch, steps * self.global_batch_size, batch, epoch * steps_per_epoch + steps,
+                             consumed_samples)
+
+    def advance(self, position):
+        """The position after the batch at ``position``."""
+        epoch, step_start, batch, step = position.epoch, position.step_start, position.batch + 1, position.step
+        if batch == self.batches_per_step:
+            batch, step, step_start = 0, step + 1, step_start + self.global_batch_size
+            if step_start + self.global_batch_size > self.data_size:  # the epoch's tail cannot fill a global batch
+                epoch, step_start = epoch + 1, 0
+        consumed = position.consumed_samples + self.batch_size * self.data_parallel_size
+        return OrderPosition(epoch, step_start, batch, step, consumed)
+
+    def batch_position(self, position):
+        """Where this rank's batch at ``position`` lies (no index computed)."""
+        first = self.data_parallel_rank * self.share + position.batch * self.batch_size
+        return BatchPosition(position.epoch, position.step, position.batch, first, self.batch_size)
+
+    def batch_at(self, position):
+        """This rank's ``EpochBatch`` at ``position``."""
+        where = self.batch_position(position)
+        start = position.step_start + where.first_position
+        indices = self.order(position.epoch)(np.arange(start, start + self.batch_size))
+        return EpochBatch(indices.tolist(), *where[:4])
+
+    def order(self, epoch):
+        """``epoch``'s order: positions -> dataset indices (the last epoch's is kept)."""
+        if self._order is None or self._order[0] != epoch:
+            order = epoch_order(self.seed, epoch, self.data_size) if self.shuffle else _unshuffled
+            self._order = (epoch, order)
+        return self._order[1]
 
     def __iter__(self):
-        epoch, offset = divmod(self.consumed_samples, self.samples_per_epoch)
+        prefetched = None
         while True:
-            order = self.epoch_order(epoch)
-            shares = [self._share(order, start) for start in self._batch_starts(offset)]
-            if getattr(self.dataset, "supports_prefetch", False):
-                self.dataset.prefetch([i for share in shares for i in share])
-            for share in shares:
-                self.consumed_samples += self.global_batch_size
-                yield EpochBatch(share, epoch)
-            # What of the epoch cannot fill a global batch is skipped: the next epoch starts afresh.
-            self.consumed_samples = (epoch + 1) * self.samples_per_epoch
-            epoch, offset = epoch + 1, 0
+            position = self.position
+            if getattr(self.dataset, "supports_prefetch", False) and position.epoch != prefetched:
+                self.dataset.prefetch(self._rest_of_epoch(position))
+                prefetched = position.epoch
+            batch = self.batch_at(position)
+            self.position = self.advance(position)
+            yield batch
 
-    def _batch_starts(self, offset):
-        # A resume position inside a global batch starts there, as CyclicSampler's does.
-        return range(offset, self.samples_per_epoch - self.global_batch_size + 1, self.global_batch_size)
-
-    def _share(self, order, start):
-        """This rank's micro batch of the global batch that starts at ``order[start]``."""
-        first = start + self.data_parallel_rank * self.micro_batch_size
-        return order[first:first + self.micro_batch_size]
+    def _rest_of_epoch(self, position):
+        indices, epoch = [], position.epoch
+        while position.epoch == epoch:
+            indices.extend(self.batch_at(position))
+            position = self.advance(position)
+        return indices
 
     def __len__(self):
         return self.data_size
 
-    def set_consumed_samples(self, consumed_samples):
-        self.consumed_samples = int(consumed_samples)
+
+def _unshuffled(positions):
+    return np.asarray(positions, dtype=np.int64)
 
 
-def _check_layout(micro_batch_size, data_parallel_rank, data_parallel_size, consumed_samples):
+def _check_layout(micro_batch_size, data_parallel_rank, data_parallel_size, consumed_samples, accumulation):
     if int(micro_batch_size) < 1:
         raise ValueError(f"train.train_micro_batch_size={micro_batch_size} must be at least 1")
+    if int(accumulation) < 1:
+        raise ValueError(f"train.num_accumulation_steps={accumulation} must be at least 1")
     if int(data_parallel_size) < 1 or not 0 <= int(data_parallel_rank) < int(data_parallel_size):
         raise ValueError(f"data parallel rank {data_parallel_rank} is outside the data parallel size "
                          f"{data_parallel_size} (train.dist.data_parallel_size)")

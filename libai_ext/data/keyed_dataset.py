@@ -5,7 +5,15 @@
 right after ``seed_streams(seed, batch.epoch, i)``: the dataset's own transforms (flowvision's or
 the user's, drawing from python ``random``, numpy's global stream or OneFlow's CPU generator)
 draw the same numbers for that sample on any rank, in any worker, at any position of any
-batch, and a new epoch draws new ones.  The caller's streams are put back after the batch.
+batch, and a new epoch draws new ones.  Generators the dataset holds itself
+(``owned_generators``: sites found by ``random.owned_generators``) are seeded again for each
+sample too, from (seed, epoch, index, attribute path).  The caller's streams are put back
+after the batch.
+
+With a ``collate_fn`` the batch is collated here as well, inside streams keyed by (seed, epoch,
+optimizer step, first global position of the batch): whatever it draws is the same in any
+worker and after a resume (though not on another data-parallel split: the loader refuses a
+``collate_fn`` seen drawing, see ``engine.global_loader``).
 
 Whole batches, not single samples, because OneFlow's generator state costs milliseconds to
 save and restore.  So the loader takes the sampler as ``sampler`` with ``batch_size=None``
@@ -13,13 +21,17 @@ save and restore.  So the loader takes the sampler as ``sampler`` with ``batch_s
 """
 from oneflow.utils.data import Dataset
 
-from ..random.sample_keys import preserved_streams, seed_streams
+from ..random.oneflow_draws import watch_oneflow_draws
+from ..random.sample_keys import owned_generator_seed, preserved_streams, seed_batch_streams, seed_streams
 
 
 class KeyedAugmentation(Dataset):
-    def __init__(self, dataset, seed):
+    def __init__(self, dataset, seed, collate_fn=None, owned_generators=()):
         self.dataset = dataset
         self.seed = int(seed)
+        self.collate_fn = collate_fn
+        self.owned_generators = tuple(owned_generators)
+        watch_oneflow_draws()  # samples that draw nothing from OneFlow need no wait (sample_keys)
 
     def __len__(self):
         return len(self.dataset)
@@ -29,12 +41,18 @@ class KeyedAugmentation(Dataset):
         if epoch is None:
             raise TypeError(f"KeyedAugmentation reads whole batches that know their epoch (an EpochBatch, as "
                             f"GlobalOrderBatchSampler yields them), not {batch!r}")
-        samples = []
         with preserved_streams():
-            for index in batch:
-                seed_streams(self.seed, epoch, index)
-                samples.append(self.dataset[index])
-        return samples
+            samples = [self._read(epoch, index) for index in batch]
+            if self.collate_fn is None:
+                return samples
+            seed_batch_streams(self.seed, epoch, getattr(batch, "step", 0), getattr(batch, "first_position", 0))
+            return self.collate_fn(samples)
+
+    def _read(self, epoch, index):
+        seed_streams(self.seed, epoch, index)
+        for site in self.owned_generators:
+            site.reseed(self.dataset, owned_generator_seed(self.seed, epoch, index, site.path))
+        return self.dataset[index]
 
     def __getattr__(self, name):
         # Code that reads attributes of the loader's dataset (e.g. ``classes``) still finds them.

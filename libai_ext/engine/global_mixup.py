@@ -6,8 +6,10 @@ the partner is the flip of the *global* batch (``S(0)`` over data parallelism, m
 on stage 0 first) and λ / mixup-or-cutmix / the box come from ``mixup_draws`` keyed by
 (``train.seed``, training step): the same mixed batch on 1 rank and on any layout.
 
-The step is the trainer's iteration (``ConsistentBatchTrainer.run_step`` sets it with
-``mixup_step``), so a resumed run draws the same λ at the same step.  Every rank runs the
+The step is the global optimizer step (``ConsistentBatchTrainer.run_step`` sets it with
+``libai_ext.random.draws.drawing_step``; ``mixup_step`` is the same for code of one's own), so a
+resumed run draws the same λ at the same step, and under gradient accumulation the whole step's
+global batch is mixed at once (``step_batches``).  Every rank runs the
 same global ops (ranks outside stage 0 too: their placeholders take part in the transfers).
 """
 import contextlib
@@ -16,10 +18,9 @@ import numpy as np
 import oneflow as flow
 from flowvision.data import Mixup
 
-from ..random import modes
+from ..random import draws, modes
 from ..random.mixup_draws import MIXUP_KEY, draw_mix, mixup_options
 
-_step = None
 # flowvision's batch path, whose semantics the global mixup reproduces: a subclass that
 # overrides any of these does something else.
 _FLOWVISION_METHODS = ("__call__", "_mix_batch", "_params_per_batch")
@@ -27,22 +28,19 @@ _FLOWVISION_METHODS = ("__call__", "_mix_batch", "_params_per_batch")
 
 @contextlib.contextmanager
 def mixup_step(step):
-    """Key the global mixup drawn inside this block by training step ``step``."""
-    global _step
-    previous, _step = _step, int(step)
-    try:
+    """Key the global mixup (and the stochastic layers) drawn inside this block by training step ``step``."""
+    with draws.drawing_step(int(step)):
         yield
-    finally:
-        _step = previous
 
 
 def current_step():
-    if _step is None:
+    step = draws.current_step()
+    if step is None:
         raise RuntimeError(
             "train.randomness='layout_invariant' keys mixup by the training step, and no step is set: "
             "call get_batch from ConsistentBatchTrainer.run_step, or inside "
             "libai_ext.mixup_step(step)")
-    return _step
+    return int(step.step)
 
 
 def _is_stock_flowvision_mixup(mixup_func):

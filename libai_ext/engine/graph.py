@@ -23,8 +23,8 @@ from oneflow.nn.graph import GraphModule
 from libai.utils import distributed as dist
 
 from ..compat import layout
-from ..layers import GraphCalls, stochastic_layers
-from ..layers.graph_calls import COUNTERS_INPUT
+from ..layers import graph_calls, stochastic_layers
+from ..random.draws import current_step
 
 logger = logging.getLogger(__name__)
 
@@ -214,9 +214,9 @@ class GraphBase(nn.Graph):
     it runs after the automatic pass.  LiBai 0.1.1 models' own ``set_pipeline_stage_id``
     is not called: it is written against the pre-0.9 ``.origin`` API.
 
-    Dropout / DropPath of ``libai_ext.layers``: a train graph takes their call counters as an
-    extra input at every call and advances them afterwards (``libai_ext.layers.graph_calls``),
-    so each step draws new masks, the ones eager training draws.
+    Dropout / DropPath of ``libai_ext.layers``: a train graph takes the global step (the
+    trainer's, or its own call count outside a trainer) as an extra input at every call
+    (``libai_ext.layers.graph_calls``), so each step draws new masks, the ones eager training draws.
     """
 
     def __init__(self, model, optimizer=None, lr_scheduler=None, fp16=False, activation_checkpoint=False,
@@ -230,8 +230,9 @@ class GraphBase(nn.Graph):
                                 util.data_parallel_size, util.tensor_parallel_size, cuda=cuda)
         self.model = model
         self.is_train = is_train
-        layers = stochastic_layers(model) if is_train else []
-        self.stochastic_calls = GraphCalls(layers, grad_acc_steps) if layers else None
+        self.draws_masks = is_train and bool(stochastic_layers(model))
+        self.micro_batches = grad_acc_steps
+        self.calls = 0  # the step outside a trainer
         self.global_view = global_view_options(global_mode, device) if is_train else None
         if is_train:
             if optimizer is None:
@@ -259,20 +260,21 @@ class GraphBase(nn.Graph):
             flow.boxing.nccl.enable_use_compute_stream(True)
 
     def __call__(self, *args, **kwargs):
-        calls = self.stochastic_calls
-        if calls is None:
+        if not self.draws_masks:
             return super().__call__(*args, **kwargs)
+        step = current_step()
+        step = self.calls if step is None else step.step
         device_type = dist.get_layer_placement(0).type
-        if not self._is_compiled:
-            # Trace before the first run: its counters need each layer's calls per micro-batch.
-            self._compile(*args, **kwargs, **{COUNTERS_INPUT: calls.counters(device_type)})
-        outputs = super().__call__(*args, **kwargs, **{COUNTERS_INPUT: calls.counters(device_type)})
-        calls.advance()
+        outputs = super().__call__(*args, **kwargs, **{
+            graph_calls.STEP_INPUT: graph_calls.step_input(step, self.micro_batches, device_type)})
+        self.calls += 1
         return outputs
 
     def build(self, **kwargs):
-        counters = kwargs.pop(COUNTERS_INPUT, None)
-        tracing = self.stochastic_calls.tracing(counters) if counters is not None else contextlib.nullcontext()
+        step = kwargs.pop(graph_calls.STEP_INPUT, None)
+        data_parallel = dist.get_dist_util().data_parallel_size
+        tracing = (graph_calls.tracing(step, self.micro_batches, data_parallel) if step is not None
+                   else contextlib.nullcontext())
         with tracing:
             if self.global_view is None:
                 return self._forward(**kwargs)

@@ -1,4 +1,5 @@
-"""The body of ``tools/train_net.py``: LiBai's CLI with a configurable trainer class.
+"""The run behind ``libai-ext-train`` (``tools/train_net.py``): LiBai's train_net with a configurable
+trainer class.  Its command line is ``libai_ext.cli.train_net``.
 
 ``train.trainer`` names the trainer (a class or a dotted path; default
 ``libai_ext.ConsistentBatchTrainer``).  ``train.trainer=libai.engine.DefaultTrainer``
@@ -13,7 +14,7 @@ import time
 import traceback
 
 import oneflow as flow
-from libai.config import LazyConfig, default_argument_parser, try_get_key
+from libai.config import LazyConfig, try_get_key
 from libai.engine import DefaultTrainer, default_setup
 from libai.utils import distributed as dist
 from libai.utils.checkpoint import Checkpointer
@@ -154,4 +155,7 @@ def exit_on_error(fn, *args):
 
 
 def cli(argv=None):
-    return exit_on_error(main, default_argument_parser().parse_args(argv))
+    """``libai-ext-train``'s entry point, kept for scripts that call it from here."""
+    from ..cli.train_net import main as train_net_main
+
+    return train_net_main(argv)

@@ -10,15 +10,20 @@ from libai.utils import distributed as dist
 
 from ..compat import fill_missing_config_keys, get_batch_api
 from ..compat.layout import placement_data_parallel_rank
-from ..layers import name_stochastic_layers
-from ..random import DEFAULT_RANDOMNESS, preserved_rng_state, recording_init, reinitialize
+from ..data.position import KEY as DATA_POSITION
+from ..layers import convert_stochastic_layers, name_stochastic_layers, stochastic_ops
+from ..random import DEFAULT_RANDOMNESS, preserved_rng_state, recording_init, reinitialize, watch_late_parameters
+from ..random.audit import audit_stochastic_ops
+from ..random.draws import drawing_step
 from .batch import consistent_batch
 from .checkpoint import use_committed_checkpoints, with_committed_retention
-from .global_loader import use_global_order, wants_global_order
-from .global_mixup import mixup_step
+from .config_checks import recording_layer_indices, warn_on_pipeline_layer_mismatch
+from .global_loader import layout_invariant, order_train_loaders, use_global_test_order, wants_global_order
 from .launcher_lifetime import die_with_launcher
 from .resume import choose_resume_checkpoint, continue_finished_run, load_checkpoint_or_weights
 from .stage0_loading import Stage0Batch, Stage0OnlyLoader
+from .step_batches import StepBatchLoader, StepMicroBatch
+from .step_schedule import per_optimizer_step, step_scheduler
 
 
 @contextlib.contextmanager
@@ -65,6 +70,23 @@ def check_mixup_func(loader):
         raise ValueError(f"dataloader.train.mixup_func={mixup!r} is not callable{hint}")
 
 
+def eager_accumulation(cfg):
+    """``train.num_accumulation_steps`` in eager mode (LiBai then runs one micro-batch per iteration), else 1."""
+    if try_get_key(cfg, "graph.enabled", default=False):
+        return 1
+    return int(try_get_key(cfg, "train.num_accumulation_steps", default=1) or 1)
+
+
+def check_checkpoint_period(cfg, accumulation):
+    """A checkpoint inside an optimizer step cannot be resumed exactly (LiBai saves no accumulated
+    gradients, and the step's batch is read at its first micro-batch): refuse, naming the keys."""
+    period = try_get_key(cfg, "train.checkpointer.period", default=None)
+    if period and int(period) % accumulation:
+        raise ValueError(f"train.checkpointer.period={period} is not a multiple of train.num_accumulation_steps="
+                         f"{accumulation}: in eager mode an iteration is one micro-batch, and a checkpoint inside an "
+                         "optimizer step cannot be resumed exactly")
+
+
 class ConsistentBatchTrainer(DefaultTrainer):
     """A ``DefaultTrainer`` whose batches are built on pipeline stage 0 only.
 
@@ -79,7 +101,10 @@ class ConsistentBatchTrainer(DefaultTrainer):
 
     Data order (``train.randomness="layout_invariant"``, the default, and no sampler of the
     config's own): the global batch of each step is the same samples, augmented the same way,
-    on any data-parallel layout (``global_loader``); ``"fast"`` keeps LiBai's sampler.
+    on any data-parallel layout and accumulation split, and evaluation walks one global order
+    of the test set (``global_loader``); ``"fast"`` keeps LiBai's samplers.  The data position
+    is saved in checkpoints: a resume with another global batch continues at the next sample
+    (or, with LiBai's sampler, is refused).
 
     Checkpoints commit atomically (``libai_ext.engine.checkpoint``): a save killed at any point
     leaves the last committed checkpoint resumable, and ``--resume`` takes the newest intact one.
@@ -92,7 +117,11 @@ class ConsistentBatchTrainer(DefaultTrainer):
     Initial weights: under ``train.randomness="layout_invariant"`` (the default) every randomly
     initialised parameter is re-drawn from ``train.seed``, its qualified name and each element's
     global index, with the distribution the model's code asked for: the same initial model on
-    1 rank and on any (dp, tp, pp) layout.  ``train.load_weight`` is loaded whenever training does not resume
+    1 rank and on any (dp, tp, pp) layout.  Copies (a ``copy.deepcopy``'d EMA teacher, ``clone``,
+    ``load_state_dict``) and exact derivations follow their source (docs/init.md).  A parameter
+    that appears after ``build_model`` (created in ``forward``) is never trained, as the
+    optimizer is built right after: refused at the first forward (warned about under
+    ``"fast"``).  ``train.load_weight`` is loaded whenever training does not resume
     (LiBai 0.1.1 ignores it without ``--resume``).  ``--resume`` with a larger
     ``train.train_iter`` continues a finished run (``last_checkpoint`` = ``model_final``).
 
@@ -110,24 +139,48 @@ class ConsistentBatchTrainer(DefaultTrainer):
 
     def resume_or_load(self, resume=True):
         use_committed_checkpoints(self)
+        position = getattr(self.train_loader, "data_position", None)  # saved with, and restored from, checkpoints
+        if position is not None:
+            self.checkpointer.checkpointables[DATA_POSITION] = position
+        resumed = resume and self.checkpointer.has_checkpoint()
         load_checkpoint_or_weights(self, resume)
-
-    def build_hooks(self):
-        return with_committed_retention(super().build_hooks(), self.cfg)
+        if position is not None:
+            position.check_resumed(resumed)
 
     def run_step(self):
-        # get_batch is a classmethod LiBai calls without the iteration: hand it over here.
-        with mixup_step(self.iter):
+        # get_batch is a classmethod LiBai calls without the iteration: hand it over here, and
+        # tell the stochastic layers which draw of which step this is (libai_ext.random.draws).
+        with drawing_step(**self._draw_position()):
             super().run_step()
+
+    def _draw_position(self):
+        """The global step and micro-batch of this iteration: in eager mode LiBai counts micro-steps
+        (``train_iter`` is multiplied by the accumulation), a graph takes a whole step per call."""
+        data_parallel = dist.get_dist_util().data_parallel_size
+        accumulation = try_get_key(self.cfg, "train.num_accumulation_steps", default=1) or 1
+        if try_get_key(self.cfg, "graph.enabled", default=False):
+            return dict(step=self.iter, data_parallel=data_parallel)  # GraphBase numbers the micro-batches
+        return dict(step=self.iter // accumulation, micro=self.iter % accumulation, micro_batches=accumulation,
+                    data_parallel=data_parallel)
 
     @classmethod
     def build_model(cls, cfg):
-        if try_get_key(cfg, "train.randomness", default=DEFAULT_RANDOMNESS) != "layout_invariant":
-            model = super().build_model(cfg)
-        else:
-            model = cls._build_with_seeded_init(cfg)
+        randomness = try_get_key(cfg, "train.randomness", default=DEFAULT_RANDOMNESS)
+        with recording_layer_indices(cfg) as layer_indices:  # train.dist.pipeline_num_layers vs the model
+            if randomness != "layout_invariant":
+                model = super().build_model(cfg)
+            else:
+                model = cls._build_with_seeded_init(cfg)
+        warn_on_pipeline_layer_mismatch(cfg, model, layer_indices)
+        converted = convert_stochastic_layers(model)
+        if converted:
+            logging.getLogger(__name__).info("stochastic layers under libai_ext's streams: %s", ", ".join(converted))
         name_stochastic_layers(model)
-        return model
+        stochastic_ops.watch_model(model)
+        audit_stochastic_ops(model, randomness)
+        stochastic_ops.route_stochastic_ops()
+        # The optimizer gets the parameters right after this: later ones are refused / warned about.
+        return watch_late_parameters(model, refuse=randomness == "layout_invariant")
 
     @classmethod
     def _build_with_seeded_init(cls, cfg):
@@ -137,10 +190,11 @@ class ConsistentBatchTrainer(DefaultTrainer):
             model = super().build_model(cfg)
         redrawn = reinitialize(model, recorder, seed)
         logger = logging.getLogger(__name__)
-        kinds = sorted({recipe.split("(")[0] for recipe in redrawn.values()})
+        followers = sum("(follows " in recipe for recipe in redrawn.values())
         logger.info("layout_invariant init: %d randomly initialised tensors re-drawn from train.seed=%d, their "
-                    "names and global indices (%s draws, then the model's own ops; other tensors keep their "
-                    "constant init): %s", len(redrawn), seed, "/".join(kinds), ", ".join(redrawn))
+                    "names and global indices (the model's own distributions and ops; %d of them copies or "
+                    "derivations that follow their source; other tensors keep their constant init): %s",
+                    len(redrawn), seed, followers, ", ".join(redrawn))
         for name, recipe in redrawn.items():
             logger.debug("  %s ~ %s", name, recipe)
         return model
@@ -159,7 +213,7 @@ class ConsistentBatchTrainer(DefaultTrainer):
         device is honoured as main's stock does (mixup and placements on that device).
         """
         device_type, mixup_func = get_batch_api.split_arguments(args, kwargs)
-        if isinstance(data, Stage0Batch):
+        if isinstance(data, (Stage0Batch, StepMicroBatch)):
             return data.to_global(mixup_func, device_type)
         return consistent_batch(data, mixup_func, device_type)
 
@@ -170,14 +224,32 @@ class ConsistentBatchTrainer(DefaultTrainer):
         with samplers_follow_placement():
             train, valid, test = super().build_train_loader(cfg, tokenizer)
         check_mixup_func(train)
-        if global_order:
-            train = use_global_order(train, try_get_key(cfg, "dataloader.train.consumed_samples", default=0))
+        train, valid, test = order_train_loaders(cfg, train, valid, test, global_order)
+        position = getattr(train, "data_position", None)
         if try_get_key(cfg, "train.stage0_only_loading", default=True) and \
                 dist.get_dist_util().pipeline_parallel_size > 1:
             train = Stage0OnlyLoader(train)
+        accumulation = eager_accumulation(cfg)
+        if global_order and accumulation > 1:
+            check_checkpoint_period(cfg, accumulation)
+            train = StepBatchLoader(train, accumulation)  # one global batch per step, mixed as one
+        train.data_position = position  # the checkpointable, on whatever wraps the loader
         return train, valid, test
+
+    @classmethod
+    def build_lr_scheduler(cls, cfg, optimizer):
+        accumulation = eager_accumulation(cfg)
+        if accumulation > 1:  # over optimizer steps, as in graph mode (engine/step_schedule.py)
+            return step_scheduler(cfg, optimizer, accumulation)
+        return super().build_lr_scheduler(cfg, optimizer)
+
+    def build_hooks(self):
+        hooks = with_committed_retention(super().build_hooks(), self.cfg)
+        accumulation = eager_accumulation(self.cfg)
+        return per_optimizer_step(hooks, accumulation) if accumulation > 1 else hooks
 
     @classmethod
     def build_test_loader(cls, cfg, tokenizer=None):
         with samplers_follow_placement():
-            return super().build_test_loader(cfg, tokenizer)
+            loaders = super().build_test_loader(cfg, tokenizer)
+        return [use_global_test_order(loader) for loader in loaders] if layout_invariant(cfg) else loaders

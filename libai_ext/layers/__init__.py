@@ -2,7 +2,9 @@
 
 Their randomness (modes, seed, streams) belongs to ``libai_ext.random``.
 """
-from .graph_calls import GraphCalls
+from . import stochastic_ops
+from .conversion import convert_stochastic_layers
 from .stochastic import DropPath, Dropout, name_stochastic_layers, stochastic_layers
 
-__all__ = ["DropPath", "Dropout", "GraphCalls", "name_stochastic_layers", "stochastic_layers"]
+__all__ = ["DropPath", "Dropout", "convert_stochastic_layers", "name_stochastic_layers", "stochastic_layers",
+           "stochastic_ops"]

@@ -1,40 +1,37 @@
 """Dropout and DropPath whose masks follow the SBP of their input.
 
-Drop-ins for ``flow.nn.Dropout`` / ``libai.layers.DropPath``: any global tensor (any
-placement, hierarchy and sbp, ``P`` included) or local tensor on any device.  Replicas
-(``B``, ``P``) draw the same mask, shards (``S``) independent ones, with no communication and
-no per-rank seeds.  Two ways, chosen by ``train.randomness`` (``seed_everything(...,
-randomness=...)``) or per layer:
+Drop-ins for ``flow.nn.Dropout`` / ``libai.layers.DropPath`` (``libai_zoo`` converts LiBai's own
+ones): any global tensor (any placement, hierarchy and sbp, ``P`` included) or local tensor on
+any device.  Replicas (``B``, ``P``) draw the same mask, shards (``S``) their own part of one
+global mask, with no communication and no per-rank seeds.  Two ways, chosen by
+``train.randomness`` (``seed_everything(..., randomness=...)``) or per layer:
 
-* ``"layout_invariant"`` (``counter_rng``): each element's mask is a hash of its *global*
-  position, so the same seed gives the same global mask on 1 rank and on (2, 2, 2);
-* ``"fast"`` (``shard_rng``): OneFlow's native dropout kernel, its generator seeded per
-  shard; reproducible on the same layout only.
+* ``"layout_invariant"`` (``counter_rng``): each element's mask is a keyed permutation of its
+  *global* position, so the same seed gives the same global mask on 1 rank and on (2, 2, 2);
+* ``"fast"`` (``shard_rng``): OneFlow's native dropout kernel, its generator seeded per shard;
+  reproducible on the same layout only.
 
-Each layer's stream is keyed by ``(train.seed, stream name, call counter)``:
-
-* ``train.seed`` itself (``seed_everything`` sets it), never the per-scope seed, so replicas
-  agree under every ``train.seed_scope``;
-* the stream name is the module's qualified name once ``name_stochastic_layers(model)`` ran
-  (the trainer does it), otherwise its construction order;
-* the call counter is counted on the host and written to an int64 *buffer* whenever a state
-  dict is taken, so checkpoints save it and a resumed run draws the same masks.  Inside
-  ``libai_ext.engine.GraphBase`` the counter is an input of the graph (``graph_calls``), so
-  graph steps draw the masks eager "layout_invariant" steps draw, in both modes ("fast" is
-  eager-only: see ``_drop_traced``).  In any other ``nn.Graph`` the counter is frozen at trace
-  time: every step repeats one mask (a warning says so).
+Which draw a call makes (``libai_ext.random.draws``): inside the trainer's micro-step, the
+layer's ``j``-th call draws ``(train.seed, stream, global step, j)`` with rows numbered by their
+place in the step's global batch (gradient accumulation included); outside, the ``c``-th call
+draws ``(c, 0)``.  The stream is the module's qualified name once ``name_stochastic_layers(model)``
+ran (the trainer does it), otherwise its construction order.  ``train.seed`` itself keys them
+(never the per-scope seed), so replicas agree under every ``train.seed_scope``.  Inside
+``libai_ext.engine.GraphBase`` the step is an input of the graph (``graph_calls``), so graph steps
+draw the masks eager "layout_invariant" steps draw, in both modes ("fast" is eager-only: see
+``_drop_traced``).  In any other ``nn.Graph`` the draw is frozen at trace time: every step
+repeats one mask (a warning says so).
 """
 import itertools
 import logging
 
 import oneflow as flow
-from libai.utils import distributed as dist
 from oneflow import nn
 from oneflow.nn.graph.proxy import ProxyModule
 
-from ..random import modes
+from ..random import draws, modes
 from ..random.counter_rng import (
-    call_keys, keep_mask, keep_threshold, local_counter_bits, shard_box, stream_keys, stream_words,
+    call_keys, keep_mask, local_keep_mask, shard_box, stream_keys, stream_words,
 )
 from ..random.shard_rng import local_device, shard_coordinates, shard_generator
 from . import graph_calls
@@ -42,6 +39,8 @@ from . import graph_calls
 logger = logging.getLogger(__name__)
 
 _construction_order = itertools.count()
+_native_dropout = flow._C.dropout  # (``stochastic_ops`` routes the public name to the layers)
+
 
 def _replicated(sbp):
     return [flow.sbp.broadcast if s == flow.sbp.partial_sum else s for s in sbp]
@@ -58,44 +57,20 @@ class _CounterStream(nn.Module):
         self.randomness = None if randomness is None else modes.check_randomness(randomness, "randomness")
         self.stream = f"#{next(_construction_order)}"
         self.layer_idx = layer_idx
-        replicated = dist.get_nd_sbp([flow.sbp.broadcast, flow.sbp.broadcast])
-        self.register_buffer("calls", flow.zeros((), dtype=flow.int64, sbp=replicated,
-                                                 placement=dist.get_layer_placement(layer_idx)))
-        self._host_calls = 0
-        self._reread_calls = False
+        self.scale = 1.0 / (1.0 - rate)  # what kept elements are multiplied by
+        self._own_calls = 0          # calls outside a trainer step
+        self._step_token, self._step_calls = None, 0
 
-    def _save_to_state_dict(self, *args, **kwargs):
-        if not self._reread_calls:  # (a buffer loaded but not yet read is current already)
-            self.calls.fill_(self._host_calls)
-        super()._save_to_state_dict(*args, **kwargs)
-
-    def _load_from_state_dict(self, *args, **kwargs):
-        super()._load_from_state_dict(*args, **kwargs)
-        self._reread_calls = True  # from the loaded buffer, at the next call
-
-    def current_calls(self):
-        """The number of the next call, counted on the host (a device op per call would cost
-        more than the fast mode's whole overhead); the buffer gets it when a state dict is taken."""
-        if self._reread_calls:
-            self._reread_calls = False
-            calls = self.calls
-            if calls.is_global:
-                # Every rank reads it, those outside the buffer's placement too (a 0-d tensor's
-                # local part there is uninitialised memory): a graph's counters input is
-                # replicated from one rank, and every rank must agree on it.
-                everywhere = flow.env.all_device_placement(calls.placement.type)
-                calls = calls.to_global(placement=everywhere, sbp=flow.sbp.broadcast).to_local()
-            self._host_calls = int(calls.item())
-        return self._host_calls
-
-    def advance_calls(self, count):
-        """Count ``count`` calls made elsewhere (a graph's steps, see ``graph_calls``)."""
-        self._host_calls = self.current_calls() + count
-
-    def _next_call(self):
-        call = self.current_calls()
-        self._host_calls += 1
-        return call
+    def _draw(self):
+        """``(step, call, rows)`` of this call (see ``libai_ext.random.draws``)."""
+        step = draws.current_step()
+        if step is None:
+            self._own_calls += 1
+            return self._own_calls - 1, 0, None
+        if self._step_token != step.token:
+            self._step_token, self._step_calls = step.token, 0
+        self._step_calls += 1
+        return step.step, self._step_calls - 1, step.rows()
 
     def drop(self, x, mask_shape=None, mask_sbp=None):
         """``x`` with a mask of ``mask_shape`` (default: x's) applied, in training only."""
@@ -103,11 +78,12 @@ class _CounterStream(nn.Module):
             return x
         if x.is_lazy:
             return self._drop_traced(x, mask_shape, mask_sbp)
-        call = self._next_call()
+        step, call, rows = self._draw()
         if (self.randomness or modes.randomness()) == "fast":
-            return self._drop_native(x, call, mask_shape, mask_sbp)
+            return self._drop_native(x, (step, call), mask_shape, mask_sbp)
+        keys = stream_keys(modes.layer_seed(), self.stream, step, call)
         return x * self._counter_mask(x, tuple(mask_shape or x.shape), mask_sbp or (x.sbp if x.is_global else None),
-                                      stream_keys(modes.layer_seed(), self.stream, call))
+                                      keys, rows)
 
     def _drop_traced(self, x, mask_shape, mask_sbp):
         """Inside ``nn.Graph`` (``self`` is then OneFlow's proxy of the layer): the counter-based
@@ -115,44 +91,45 @@ class _CounterStream(nn.Module):
         (measured: every dropout of every graph draws one mask sequence, whatever the seeds and
         ``flow.manual_seed``), so "fast" has no per-layer, per-shard stream there."""
         layer = self.to(nn.Module) if isinstance(self, ProxyModule) else self
-        counter, _ = graph_calls.traced_counter(layer, x)
-        if counter is None:
+        traced = graph_calls.traced_draw(layer, x)
+        if traced is None:
             logger.warning(f"{type(layer).__name__} {layer.stream!r} traced outside libai_ext's GraphBase: "
-                           "its call counter is frozen, every step of this graph draws the same mask")
-            keys = stream_keys(modes.layer_seed(), layer.stream, layer._host_calls)
+                           "its draw is frozen, every step of this graph draws the same mask")
+            keys, rows = stream_keys(modes.layer_seed(), layer.stream, layer._own_calls), None
         else:
-            keys = call_keys(stream_words(modes.layer_seed(), layer.stream), counter)
+            step, call = traced
+            keys, rows = call_keys(stream_words(modes.layer_seed(), layer.stream), step.step, call), step.rows()
         shape = tuple(mask_shape or x.shape)
         sbp = _replicated(mask_sbp or x.sbp) if x.is_global else None
         mask = keep_mask(shape, self.rate, keys, x.placement if x.is_global else None, sbp,
-                         None if x.is_global else x.device)
-        return x * (mask.to(x.dtype) * (1.0 / (1.0 - self.rate)))
+                         None if x.is_global else x.device, rows)
+        return x * (mask.to(x.dtype) * self.scale)
 
-    def _counter_mask(self, x, shape, sbp, keys):
+    def _counter_mask(self, x, shape, sbp, keys, rows):
         """0 or 1/(1-p) per element, laid out like ``x`` (``P`` read as ``B``)."""
-        scale = 1.0 / (1.0 - self.rate)
         if not x.is_global:
-            return keep_mask(shape, self.rate, keys, device=x.device).to(x.dtype) * scale
+            return local_keep_mask(shape, [0] * len(shape), shape, keys, self.rate, self.scale, x.device, x.dtype,
+                                   rows)
         sbp = _replicated(sbp)
-        # Eager: this rank's slice from local ops (cheaper to launch), written into the local
-        # part of a global tensor: no communication, whatever the placement.
+        # Eager: this rank's slice (one host loop on CPU, local ops elsewhere), written into the
+        # local part of a global tensor: no communication, whatever the placement.
         mask = flow.empty(shape, dtype=x.dtype, placement=x.placement, sbp=sbp)
         box = shard_box(shape, x.placement, sbp)
         if box is not None:
             target = mask.to_local()
-            bits = local_counter_bits(shape, *box, keys, device=target.device)
-            if tuple(bits.shape) != tuple(target.shape):
-                raise RuntimeError(f"{type(self).__name__}: shard {tuple(bits.shape)} computed for sbp {sbp} "
+            local = local_keep_mask(shape, *box, keys, self.rate, self.scale, target.device, x.dtype, rows)
+            if tuple(local.shape) != tuple(target.shape):
+                raise RuntimeError(f"{type(self).__name__}: shard {tuple(local.shape)} computed for sbp {sbp} "
                                    f"on {x.placement}, OneFlow holds {tuple(target.shape)}")
-            flow._C.assign_local_tensor(target, (bits >= keep_threshold(self.rate)).to(x.dtype) * scale)
+            flow._C.assign_local_tensor(target, local)
         return mask
 
-    def _drop_native(self, x, call, mask_shape, mask_sbp):
+    def _drop_native(self, x, draw, mask_shape, mask_sbp):
         coordinates = shard_coordinates(x.placement, mask_sbp or x.sbp) if x.is_global else ()
-        generator = shard_generator(local_device(x), modes.layer_seed(), self.stream, call, coordinates)
+        generator = shard_generator(local_device(x), modes.layer_seed(), self.stream, draw, coordinates)
         partial = x.is_global and flow.sbp.partial_sum in x.sbp
-        if mask_shape is None and not partial:  # the fused kernel, on x itself
-            return flow._C.dropout(x, self.rate, True, False, generator)
+        if mask_shape is None and not partial and self.scale * (1.0 - self.rate) == 1.0:  # the fused kernel, on x
+            return _native_dropout(x, self.rate, True, False, generator)
         # A mask of ones through the same kernel: per-sample masks, and partial sums
         # (dropout's own sbp rules would reduce a P input first).
         shape = mask_shape or x.shape
@@ -160,7 +137,7 @@ class _CounterStream(nn.Module):
             ones = flow.ones(shape, dtype=x.dtype, placement=x.placement, sbp=_replicated(mask_sbp or x.sbp))
         else:
             ones = flow.ones(shape, dtype=x.dtype, device=x.device)
-        return x * flow._C.dropout(ones, self.rate, True, False, generator)
+        return x * (_native_dropout(ones, self.rate, True, False, generator) * (self.scale * (1.0 - self.rate)))
 
 
 class Dropout(_CounterStream):
@@ -181,11 +158,14 @@ class Dropout(_CounterStream):
 
 
 class DropPath(_CounterStream):
-    """Stochastic depth: drops a whole sample's residual branch with probability ``drop_prob``."""
+    """Stochastic depth: drops a whole sample's residual branch with probability ``drop_prob``;
+    kept samples are scaled by 1/(1 - drop_prob) unless ``scale_by_keep=False`` (LiBai main's option)."""
 
-    def __init__(self, drop_prob=0.0, *, layer_idx=0, randomness=None):
+    def __init__(self, drop_prob=0.0, *, layer_idx=0, randomness=None, scale_by_keep=True):
         super().__init__(drop_prob, layer_idx, randomness, "DropPath drop_prob")
         self.drop_prob = drop_prob
+        if not scale_by_keep:
+            self.scale = 1.0
 
     def forward(self, x):
         # One value per sample: only splits of the batch dim apply to the mask.

@@ -1,44 +1,30 @@
 """Counter-based random bits keyed by each element's *global* position ("layout_invariant").
 
-``counter_bits(shape, keys, placement, sbp)`` gives every element of a (global) tensor 32
-random bits that depend only on ``keys`` and the element's flat index in the global tensor,
-never on which rank computes it.  Hence, with no communication:
+Every element of a (global) tensor gets 32 random bits that depend only on the keys of the
+draw and on the element's flat index in the global tensor, never on which rank computes them:
 
-* replicas (``B``, and ``P`` treated as ``B``) compute identical bits,
-* shards (``S``) compute different bits, each rank for its own slice only,
+* replicas (``B``, and ``P`` read as ``B``) compute identical bits, with no communication;
+* shards (``S``) compute their own slices of one global draw;
 * the same keys give the same global tensor on 1 rank and on (2, 2, 2), for any placement.
 
-The hash is built for OneFlow 0.9.0's kernels (measured on CPU), where ``int32`` ``*``, ``-``,
-``//`` and ``+`` of a Python int are exact (wrapping) and cheap, while ``int32`` tensor ``+``
-tensor (and unary ``-``) go through floating point and round, so they are never used;
-``int64`` ops, ``%`` and broadcasting two vectors against each other are slow; each op costs
-0.1-0.3 ms of launch overhead on a loaded host (so fewer, larger ops win); there are no
-bitwise ops:
+The bits are a keyed permutation of the index (``counter_spec`` states it with bit operations
+and proves each step a bijection): ``A`` (odd multiplier, offset), then three rounds of ``R`` (the
+high half moved down) and ``Q`` (the quadratic permutation ``x (2x - d)``).  Here it is written
+with the int32 ops OneFlow 0.9.0 computes exactly on every device (measured on CPU): ``*`` and
+``-`` (wrapping), ``+`` and ``-`` of a Python int, comparisons, and casts.  ``+`` of two int32
+tensors and unary ``-`` go through float32 and round, so they are never used; there are no
+bitwise ops; ``//`` truncates and costs 8 multiplies, so ``R`` divides by 2**16 through an exact
+float64 multiply and a truncating cast.
 
-1. ``h = -flat_index * C (mod 2**32)``: with ``C`` odd this is a bijection, so no two
-   elements of a tensor under 2**32 elements share an input.  One ``arange`` when no
-   dimension is split; else one small ``arange`` per group of dimensions (split dimensions
-   alone, unsplit neighbours merged) subtracted from zeros: each rank only materialises its
-   own slice.
-2. two quadratic rounds ``h = h * (h - a)`` (the nonlinear step; a multiply by a constant
-   and ``+`` alone stay nearly linear, measured: 118-sigma row correlations), each followed by
-   ``h -= h >> 16`` with the shift written ``h // 2**16`` (exact integer arithmetic, the same
-   on every device), then ``h *= M``.
+Where the index lives (``global_index``): eager ranks hash their own slice with local ops
+(``local_counter_bits``), ``nn.Graph`` traces the same bits from global ops (``counter_bits``
+with a placement); under gradient accumulation a micro-batch's rows are numbered by their place
+in the step's global batch (``global_index.StepRows``).
 
-Eager global tensors hash this rank's slice with local ops (``shard_box``, ``local_counter_bits``:
-fewer launch costs) and write it into the local part of a global mask; ``counter_bits`` with a
-placement, the same bits from global ops only, is what ``nn.Graph`` traces.
-
-The keys ``(C, a1, a2)`` of a layer's call are ``call_keys(stream_words(seed, stream), call)``:
-the call counter hashed by ``finalize`` itself, so every call gets unrelated maps.  The same code
-runs on host ints (``HostInt32``: eager layers, no device op per call) and on an int32 tensor
-holding the counter (``nn.Graph``, where the counter must be a tensor to change between steps),
-with the same bits.  Keys may therefore be ints or int32 tensors everywhere below; a tensor key
-only ever meets ``*`` and tensor ``-`` tensor, never ``+``.
-
-The high bits of ``h`` are the best mixed ones: masks compare ``h`` against a threshold
-(``keep_mask``).  ``tests/test_stochastic.py`` checks the drop rate and the correlations between
-neighbouring elements, rows, planes and steps.
+Keys: ``derive_keys(*words)`` for one-off draws (initial weights), ``call_keys`` for a layer's
+draw number ``(step, call)``: each of the five keys is the permutation of a linear function of
+(step, call) under the stream's own keys, computed on the host for eager layers
+(``counter_spec``) and from an int32 step tensor inside a graph, with the same bits.
 """
 import functools
 import hashlib
@@ -46,227 +32,153 @@ import hashlib
 import numpy as np
 import oneflow as flow
 
-_M = -2048144789  # 0x85ebca6b, murmur3's fmix32 multiplier as a signed int32
+from . import counter_spec, global_index
+from .counter_spec import HI_MULTIPLIERS, KEY_WORDS, to_signed
+
+try:  # built by `pip install` where a C compiler exists (setup.py); the int32 ops otherwise
+    from . import _counter_kernel
+except ImportError:
+    _counter_kernel = None
+_HOST_DTYPES = {flow.float32: np.float32, flow.float64: np.float64}
+
 _INT32 = 2 ** 32
-
-
-def _signed32(value):
-    value %= _INT32
-    return value - _INT32 if value >= 2 ** 31 else value
 
 
 def _hash_words(count, words):
     digest = hashlib.blake2b(repr(words).encode(), digest_size=4 * count).digest()
-    return [_signed32(int.from_bytes(digest[4 * i:4 * i + 4], "little")) for i in range(count)]
+    return [to_signed(int.from_bytes(digest[4 * i:4 * i + 4], "little")) for i in range(count)]
+
+
+def _odd_where_needed(keys):
+    """``C`` and every ``d`` odd (``a`` is free)."""
+    return tuple(k if i == 1 else k | 1 for i, k in enumerate(keys))
 
 
 def derive_keys(*words):
-    """``(C, a1, a2)`` (signed int32, ``C`` odd) from any words (seed, stream, counter, ...)."""
-    keys = _hash_words(3, words)
-    return (keys[0] | 1,) + tuple(keys[1:])
-
-
-class HostInt32:
-    """A host int that wraps like OneFlow 0.9.0's int32 kernels, for the ops ``finalize`` uses.
-
-    Their ``//`` truncates toward zero (measured on CPU, eager and graph), unlike Python's.
-    """
-    __slots__ = ("value",)
-
-    def __init__(self, value):
-        self.value = _signed32(int(value))
-
-    def __mul__(self, other):
-        return HostInt32(self.value * int(other))
-
-    def __sub__(self, other):
-        return HostInt32(self.value - int(other))
-
-    def __add__(self, other):
-        return HostInt32(self.value + int(other))
-
-    def __floordiv__(self, other):
-        quotient = abs(self.value) // abs(int(other))
-        return HostInt32(quotient if (self.value < 0) == (int(other) < 0) else -quotient)
-
-    def __int__(self):
-        return self.value
+    """``(C, a, d1, d2, d3)`` (signed int32) from any words (seed, stream, name, ...)."""
+    return _odd_where_needed(_hash_words(KEY_WORDS, words))
 
 
 @functools.lru_cache(maxsize=4096)
 def stream_words(seed, stream):
-    """Twelve int32 words of a stream, four per key: ``call_keys`` hashes the counter with them."""
-    words = _hash_words(12, (seed, stream))
-    return tuple(w | 1 if i % 4 == 0 else w for i, w in enumerate(words))
+    """A stream's words: its own permutation keys, then per key word a step multiplier (odd),
+    a call multiplier (odd) and an offset."""
+    own = derive_keys(seed, stream, "own")
+    linear = _hash_words(3 * KEY_WORDS, (seed, stream, "linear"))
+    return own, tuple(linear[i] | 1 if i % 3 < 2 else linear[i] for i in range(3 * KEY_WORDS))
 
 
-def call_keys(words, call):
-    """``(C, a1, a2)`` for one call: ``call`` is a ``HostInt32`` or an int32 tensor (the same bits).
-
-    Each key is ``finalize`` of ``call * m - b`` (``m`` odd: a bijection of the counter)."""
-    keys = [finalize(call * m - b, (None, c, d)) for m, b, c, d in zip(*[iter(words)] * 4)]
-    return (keys[0] * 2 + 1,) + tuple(keys[1:])  # C odd: a bijection of the index
+def _key_inputs(linear, call):
+    """Per key word: ``(step multiplier, constant)`` with the call folded into the constant."""
+    return [(linear[3 * k], to_signed(linear[3 * k + 1] * call + linear[3 * k + 2])) for k in range(KEY_WORDS)]
 
 
-def stream_keys(seed, stream, call):
-    """``call_keys`` on the host: the keys of a layer's ``call``-th draw, as ints."""
-    return tuple(int(k) for k in call_keys(stream_words(seed, stream), HostInt32(call)))
+def call_keys(words, step, call=0):
+    """The keys of a layer's draw ``(step, call)``: ints for an int ``step``, int32 tensors (one
+    element each, laid out like ``step``) for a tensor ``step`` (a graph's input), same bits."""
+    own, linear = words
+    inputs = _key_inputs(linear, call)
+    if isinstance(step, flow.Tensor):
+        multipliers = _int32_like(step, [m for m, _ in inputs])
+        constants = _int32_like(step, [c for _, c in inputs])
+        hashed = mix((step.reshape(1) * multipliers - constants) * own[0] - own[1], own)
+        return tuple(hashed[i:i + 1] * 2 + 1 if i != 1 else hashed[i:i + 1] for i in range(KEY_WORDS))
+    own_unsigned = [k & counter_spec.MASK32 for k in own]
+    values = [counter_spec.permute((int(step) * m - c) & counter_spec.MASK32, own_unsigned) for m, c in inputs]
+    return tuple(to_signed(v * 2 + 1) if i != 1 else to_signed(v) for i, v in enumerate(values))
 
 
-def _shift_right(h, bits):
-    # h >> bits (arithmetic) without a shift op: exact integer floor division, one kernel.
-    return h // (2 ** bits)
+def stream_keys(seed, stream, step, call=0):
+    """``call_keys`` on the host: the keys of a layer's draw ``(step, call)``, as ints."""
+    return call_keys(stream_words(seed, stream), int(step), int(call))
 
 
-def finalize(h, keys):
-    """Two quadratic rounds with shift-adds (see the module docstring)."""
-    h = h * (h - keys[1])  # (tensor - tensor is exact, tensor + tensor is not, see above)
-    h = h - _shift_right(h, 16)
-    h = h * (h - keys[2])
-    h = h - _shift_right(h, 16)  # without it: 1.7x the expected squared z of 2x2 rectangles
-    return h * _M
+def _int32_like(tensor, values):
+    if tensor.is_global:
+        return flow.tensor(values, dtype=flow.int32, placement=tensor.placement,
+                           sbp=[flow.sbp.broadcast] * len(tensor.sbp))
+    return flow.tensor(values, dtype=flow.int32, device=tensor.device)
 
 
-def _index_sbp(sbp):
-    """Partial sums hold replicas of the positions: index them like broadcast."""
-    return [flow.sbp.broadcast if s == flow.sbp.partial_sum else s for s in sbp]
+# ---- the permutation on int32 tensors ------------------------------------------------------
+
+def _trunc_div_2_16(x):
+    # Exact: int32 -> float64 is exact, so is the scaling by a power of two, and the cast
+    # truncates toward zero like C; cheaper than OneFlow's integer ``//`` (measured 0.5 vs 0.85 ms).
+    return (x.to(flow.float64) * 2.0 ** -16).to(flow.int32)
 
 
-def _split_dims(ndim, placement, sbp):
-    """Dimensions split into more than one part (a split over one rank is no split)."""
-    if placement is None:
-        return set()
-    hierarchy = np.asarray(placement.ranks).shape
-    return {d for axis, s in enumerate(sbp) for d in range(ndim) if s == flow.sbp.split(d) and hierarchy[axis] > 1}
+def rotate_mix(x):
+    """R on signed int32: ``x * 2**16 + floor(x / 2**16)`` (= ``counter_spec.rotate_mix``)."""
+    quotient = _trunc_div_2_16(x)  # truncated; floor is one less where x < 0 is not a multiple
+    below = x < quotient * 2 ** 16
+    return x * 2 ** 16 - (below - quotient)
 
 
-def _dim_groups(ndim, split_dims):
-    """Consecutive dimensions in runs: each split dimension alone, unsplit neighbours merged."""
-    groups, run = [], []
-    for d in range(ndim):
-        if d in split_dims:
-            groups += [run, [d]] if run else [[d]]
-            run = []
-        else:
-            run.append(d)
-    return groups + [run] if run else groups
+def quadratic(x, d):
+    """Q: ``x * (2x - d)`` (``d`` an odd int or an int32 tensor; ``tensor - tensor`` is exact)."""
+    return x * (x * 2 - d)
 
 
-def _scaled_key(key, factor):
-    """``key * factor`` in int32, for an int key or an int32 tensor key (never negated: unary
-    ``-`` of a tensor is not exact)."""
-    return _signed32(key * factor) if isinstance(key, int) else key * _signed32(factor)
+def mix(x, keys, hi=None):
+    """The rounds after ``A``: ``x`` holds ``lo * C - a``; ``hi`` the index's high words, if any."""
+    for d, multiplier in zip(keys[2:], HI_MULTIPLIERS):
+        x = quadratic(rotate_mix(x), d)
+        if hi is not None:
+            x = x - hi * to_signed(multiplier)
+    return x
 
 
-def _group_term(shape, group, key, sign, placement, sbp, device):
-    """``(flat index contribution of ``group``'s dims) * sign * key``, shaped to broadcast."""
-    sizes = [shape[d] for d in group]
-    stride = int(np.prod(shape[group[-1] + 1:], dtype=np.int64))
-    if placement is None:
-        axis = flow.arange(int(np.prod(sizes)), dtype=flow.int32, device=device)
-    else:
-        split = [flow.sbp.split(group[0])] if len(group) == 1 else []
-        vector_sbp = [flow.sbp.split(0) if s in split else flow.sbp.broadcast for s in sbp]
-        axis = flow.arange(int(np.prod(sizes)), dtype=flow.int32, placement=placement, sbp=vector_sbp)
-    term = axis * _scaled_key(key, sign * stride)
-    if len(group) > 1:
-        term = term.reshape(sizes)
-    # unsqueeze (not reshape) keeps a split vector's axis attached to its dimension.
-    for _ in range(group[0]):
-        term = term.unsqueeze(0)
-    for _ in range(len(shape) - group[-1] - 1):
-        term = term.unsqueeze(-1)
-    return term
+# ---- bits of whole tensors and of slices ----------------------------------------------------
+
+def counter_bits(shape, keys, placement=None, sbp=None, device=None, rows=None):
+    """int32 random bits for a tensor of ``shape``: global with ``placement`` and ``sbp`` (global
+    ops only: what ``nn.Graph`` traces), else local on ``device``.  ``rows``: a
+    ``global_index.StepRows`` when dim 0 is a micro-batch of a larger step."""
+    x0, hi = global_index.keyed_index(tuple(int(s) for s in shape), keys, placement, sbp, device, rows)
+    return mix(x0, keys, hi)
 
 
-def counter_bits(shape, keys, placement=None, sbp=None, device=None):
-    """int32 random bits for a tensor of ``shape``: global with ``placement`` and ``sbp``,
-    else local on ``device``.
-
-    ``keys`` come from ``derive_keys``.  A local tensor is its own whole tensor.
-    """
-    shape = tuple(int(s) for s in shape)
-    if not shape:
-        return counter_bits((1,), keys, placement, sbp, device).reshape(())
-    sbp = _index_sbp(sbp) if placement is not None else None
-    groups = _dim_groups(len(shape), _split_dims(len(shape), placement, sbp))
-    # h = -(flat index * C): one arange when nothing is split, else 0 - one term per group
-    # (full - vector is cheap; vector + vector broadcasts and tensor + tensor are not, measured).
-    if len(groups) == 1:
-        return finalize(_group_term(shape, groups[0], keys[0], -1, placement, sbp, device), keys)
-    if placement is None:
-        h = flow.zeros(shape, dtype=flow.int32, device=device)
-    else:
-        h = flow.zeros(shape, dtype=flow.int32, placement=placement, sbp=sbp)
-    for group in groups:
-        h = h - _group_term(shape, group, keys[0], 1, placement, sbp, device)
-    return finalize(h, keys)
+def local_counter_bits(shape, lo, hi, keys, device=None, rows=None):
+    """``counter_bits`` of the slice ``[lo, hi)`` of a global tensor of ``shape``, from local ops
+    (cheaper to launch than global ones), as a local tensor on ``device``."""
+    pieces = [mix(x0, keys, high) for x0, high in global_index.keyed_slice(shape, lo, hi, keys, device, rows)]
+    return pieces[0] if len(pieces) == 1 else flow.cat(pieces, dim=0)
 
 
-def shard_box(shape, placement, sbp):
-    """``(lo, hi)`` per dimension: the slice of a global tensor this rank holds, or None outside
-    ``placement``.  OneFlow's nested balanced split: hierarchy axes in order, each splitting the
-    current range of its dimension, the first ``size % parts`` parts one longer (measured)."""
-    ranks = np.asarray(placement.ranks)
-    where = np.argwhere(ranks == flow.env.get_rank())
-    if not len(where):
-        return None
-    lo, hi = [0] * len(shape), list(shape)
-    for axis, s in enumerate(sbp):
-        for d in range(len(shape)):
-            if s == flow.sbp.split(d):
-                parts, part = ranks.shape[axis], int(where[0][axis])
-                base, extra = divmod(hi[d] - lo[d], parts)
-                lo[d] += part * base + min(part, extra)
-                hi[d] = lo[d] + base + (part < extra)
-    return lo, hi
+shard_box = global_index.shard_box
 
 
-def _box_runs(shape, lo, hi):
-    """Dimensions in runs that are contiguous in the flat index: a run starts at dim 0 or at a
-    dimension the box cuts, and takes in the dimensions after it that the box covers whole."""
-    runs = []
-    for d in range(len(shape)):
-        if runs and lo[d] == 0 and hi[d] == shape[d]:
-            runs[-1].append(d)
-        else:
-            runs.append([d])
-    return runs
+def host_kernel_serves(device, dtype):
+    """Whether ``local_keep_mask`` runs the fused host loop here: a CPU tensor of float32/64 and
+    the compiled kernel present."""
+    kind = device if isinstance(device, str) else device.type
+    return _counter_kernel is not None and kind.split(":")[0] == "cpu" and dtype in _HOST_DTYPES
 
 
-def local_counter_bits(shape, lo, hi, keys, device=None):
-    """``counter_bits`` of the slice ``[lo, hi)`` of a global tensor of ``shape``, as a local
-    tensor on ``device``: the same bits, from local ops (cheaper to launch than global ones)."""
-    local_shape = [end - start for start, end in zip(lo, hi)]
-    if not shape:
-        return counter_bits((), keys, device=device)
-    strides = [int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(len(shape))]
-    runs = _box_runs(shape, lo, hi)
-
-    def term(run, sign):  # sign * C * (flat index contribution of the run's dims)
-        first, size = run[0], int(np.prod([local_shape[d] for d in run], dtype=np.int64))
-        values = flow.arange(size, dtype=flow.int32, device=device) * _signed32(sign * keys[0] * strides[run[-1]])
-        view = [1] * len(shape)
-        for d in run:
-            view[d] = local_shape[d]
-        return (values + _signed32(sign * keys[0] * lo[first] * strides[first])).reshape(view)
-
-    if len(runs) == 1:
-        return finalize(term(runs[0], -1).reshape(local_shape), keys)
-    h = flow.zeros(local_shape, dtype=flow.int32, device=device)
-    for run in runs:
-        h = h - term(run, 1)  # (int32 tensor + tensor goes through float in OneFlow 0.9.0: - only)
-    return finalize(h, keys)
+def local_keep_mask(shape, lo, hi, keys, rate, scale, device=None, dtype=flow.float32, rows=None):
+    """The slice ``[lo, hi)`` of a global tensor's dropout mask as a local tensor of ``dtype``: ``scale``
+    where kept, 0 where dropped; the bits of ``counter_bits``.  On CPU one fused host loop writes it
+    (``_counter_kernel``); elsewhere the int32 ops do."""
+    device = device or "cpu"
+    if not host_kernel_serves(device, dtype):
+        bits = local_counter_bits(shape, lo, hi, keys, device=device, rows=rows)
+        return (bits >= keep_threshold(rate)).to(dtype) * scale
+    local_shape = [int(b) - int(a) for a, b in zip(lo, hi)]
+    values = np.empty(local_shape, dtype=_HOST_DTYPES[dtype])
+    _counter_kernel.keep_mask(values, global_index.slice_terms(shape, lo, hi, rows), keys, keep_threshold(rate),
+                              float(scale))
+    return flow.from_numpy(values)  # shares the array's memory: no copy
 
 
 def keep_threshold(rate):
-    """Signed int32 ``t`` with P(uniform int32 < t) = ``rate`` (to 2**-32)."""
+    """Signed int32 ``t`` with P(uniform int32 >= t) = ``1 - rate`` (to 2**-32)."""
     return int(round(-2 ** 31 + rate * _INT32))
 
 
-def keep_mask(shape, rate, keys, placement=None, sbp=None, device=None):
+def keep_mask(shape, rate, keys, placement=None, sbp=None, device=None, rows=None):
     """bool tensor: True (keep) with probability ``1 - rate``, keyed by global position."""
-    return counter_bits(shape, keys, placement, sbp, device) >= keep_threshold(rate)
+    return counter_bits(shape, keys, placement, sbp, device, rows) >= keep_threshold(rate)
 
 
 def counter_uniform(shape, keys, placement=None, sbp=None, device=None):

@@ -7,14 +7,28 @@ index, with the distribution the model's code asked for, then the recorded ops a
 The value then depends on nothing else: not the layout (1 rank or any dp x tp x pp), not
 the build order, not OneFlow's generator, and no asynchronous local init can race.
 
-Each rank computes only its own shards (plus the replicated tensors of its stage), as
-OneFlow's own init does; the float64 intermediates of one tensor are the extra memory.
+A tensor whose values came from another one (a copy: ``copy.deepcopy``, ``clone``, ``copy_``,
+``load_state_dict``; an exact derivation: ``w * 0.5``, ``flow.cat([w, w])``, ``w[:4]``)
+follows its source: each draw is keyed by the name of the tensor it was drawn into (else of
+its first copy, else of the first tensor made from it: ``DrawKeys``), and the recorded ops are
+re-run on the re-drawn values.  A deep-copied EMA teacher therefore equals its student after
+the re-draw, as it did before, and the student's values are those it gets without a teacher.
 
-Refused, naming the tensor: draws the recorder cannot reproduce (``randint``, ``orthogonal_``,
-per-shard init, in-place ops mixing random tensors), a replay that does not give back the
-value the model's code produced (an op the recorder missed), and (``strict``) random draws
-that reached no parameter or buffer, which an untracked copy may have carried into one.
+Each rank computes only its own shards (plus the replicated tensors of its stage), as
+OneFlow's own init does; the float64 intermediates of one tensor are the extra memory.  A
+derivation is re-run where its sources were drawn (e.g. a whole local tensor on every rank),
+as the model's code ran it.
+
+Refused, before anything changes and naming the tensor: draws the recorder cannot reproduce
+(``randint``, ``orthogonal_``, per-shard init, in-place ops mixing random tensors), values
+made from random ones by an op that is not replayed (a sum, a product, ...), a replay that
+does not give back the value the model's code produced (an op the recorder missed), a tensor
+that holds exactly the values of a re-drawn one without being recorded as its copy (e.g.
+through numpy), and (``strict``) random draws that reached no parameter or buffer, which an
+untracked copy may have carried into one.
 """
+import hashlib
+
 import numpy as np
 import oneflow as flow
 
@@ -48,20 +62,32 @@ def _replay(recipe, tensor, with_layout):
     return tensor
 
 
+def _evaluate(recipe, draw_values):
+    """``recipe``'s value where the model's code made it: each draw's values from
+    ``draw_values(draw)`` (in the draw's own layout), then every op and move replayed."""
+    with flow.no_grad():
+        if recipe.drawn:
+            values = draw_values(recipe.root).clone()
+        else:
+            values = recipe.root.compute(lambda source: _evaluate(source, draw_values))
+        return _replay(recipe, values, with_layout=True)
+
+
 def _local(tensor):
     tensor = tensor.detach()
     return tensor.to_local() if tensor.is_global else tensor
 
 
+def _same_layout(a, b):
+    if a.is_global != b.is_global or tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
+        return False
+    return (a.placement == b.placement and a.sbp == b.sbp) if a.is_global else a.device == b.device
+
+
 def _replay_matches(recipe, tensor):
-    """Replaying the recorded ops on the drawn copy gives ``tensor``'s value (this rank's part)."""
-    replayed = _replay(recipe, recipe.raw.clone(), with_layout=True)
-    if (replayed.is_global != tensor.is_global or tuple(replayed.shape) != tuple(tensor.shape)
-            or replayed.dtype != tensor.dtype):
-        return False
-    if tensor.is_global and (replayed.placement != tensor.placement or replayed.sbp != tensor.sbp):
-        return False
-    return np.array_equal(_local(replayed).numpy(), _local(tensor).numpy())
+    """Replaying the recipe on the drawn copies gives ``tensor``'s value (this rank's part)."""
+    replayed = _evaluate(recipe, lambda draw: draw.raw)
+    return _same_layout(replayed, tensor) and np.array_equal(_local(replayed).numpy(), _local(tensor).numpy())
 
 
 def _sum_over_ranks(counts):
@@ -75,19 +101,88 @@ def _sum_over_ranks(counts):
     return summed.to_global(sbp=flow.sbp.broadcast).to_local().numpy()
 
 
-def seeded_values(recipe, name, seed, like):
-    """``recipe``'s draw for the tensor called ``name``, laid out like ``like``, ops replayed."""
-    keys = [derive_keys(seed, _STREAM, name, stream) for stream in range(2)]
+class DrawKeys:
+    """The counter keys of every draw, named after one tensor that holds it: the tensor it was
+    drawn into (or moved from there) if it is in the model, else its first copy, else the first
+    tensor derived from it (``checked`` order).  Copies and derivations then follow their
+    source, and adding them (an EMA teacher, ``w * 0.5``) changes no other tensor's values."""
+
+    def __init__(self, checked, seed):
+        self.seed, self.owner = seed, {}
+        for rank in ((lambda recipe: recipe.drawn and not recipe.copied), (lambda recipe: recipe.drawn),
+                     (lambda recipe: True)):
+            for name, _, recipe in checked:
+                if rank(recipe):
+                    for draw in recipe.draws():
+                        self.owner.setdefault(id(draw), name)
+        self._words, count = {}, {}
+        for name, _, recipe in checked:  # a tensor made from several draws: words of their own for each
+            for draw in recipe.draws():
+                if id(draw) not in self._words and self.owner[id(draw)] == name:
+                    k = count[name] = count.get(name, -1) + 1
+                    self._words[id(draw)] = (name,) if k == 0 else (f"{name}#{k}",)
+
+    def __call__(self, draw):
+        return [derive_keys(self.seed, _STREAM, *self._words[id(draw)], stream) for stream in range(2)]
+
+
+def draw_values(draw, keys, like):
+    """``draw``'s distribution from the counter stream ``keys``, laid out like ``like``."""
     layout = dict(placement=like.placement, sbp=like.sbp) if like.is_global else dict(device=like.device)
     shape = tuple(like.shape)
-    if recipe.kind == "uniform":
-        low, high = recipe.args
+    if draw.kind == "uniform":
+        low, high = draw.args
         values = low + (high - low) * counter_unit(shape, keys[0], **layout)
     else:
-        mean, std = recipe.args
+        mean, std = draw.args
         values = mean + std * counter_normal(shape, keys, **layout)
-    # The model's ops ran on the drawn dtype: replay them on it, as they were.
-    return _replay(recipe, values.to(recipe.raw.dtype), with_layout=False).to(like.dtype)
+    return values.to(draw.raw.dtype)  # the model's ops ran on the drawn dtype
+
+
+def seeded_values(recipe, keys, like):
+    """``recipe``'s value from the counter stream (``keys(draw)``), laid out like ``like``.
+
+    A recipe rooted in one draw of ``like``'s shape is drawn right in ``like``'s layout (each
+    rank its own shards); a derived one is re-run where the model's code ran it.
+    """
+    if recipe.drawn and recipe.shape == tuple(like.shape):
+        values = draw_values(recipe.root, keys(recipe.root), like)
+        return _replay(recipe, values, with_layout=False).to(like.dtype)
+    cache = {}
+
+    def values_of(draw):
+        if id(draw) not in cache:
+            cache[id(draw)] = draw_values(draw, keys(draw), draw.raw)
+        return cache[id(draw)]
+    return _evaluate(recipe, values_of).to(like.dtype)
+
+
+def _local_digest(tensor):
+    return hashlib.sha1(np.ascontiguousarray(_local(tensor).numpy()).tobytes()).digest()
+
+
+def _untracked_copies(named, recorder, checked):
+    """Tensors with no record holding exactly the value of one that is re-drawn: a copy by a
+    path the recorder does not watch (numpy, a file).  Kept, it would stop matching its source."""
+    kept = [(name, tensor) for name, tensor in named if recorder.lookup(tensor) is None
+            or not recorder.lookup(tensor).random]
+    pairs = [(name, tensor, other, source) for name, tensor in kept if tensor.is_floating_point()
+             for other, source, _ in checked if _same_layout(tensor, source)]
+    if not pairs:  # the same on every rank: layouts are global properties
+        return []
+    digests = {}
+    for _, tensor, _, source in pairs:
+        for t in (tensor, source):
+            if id(t) not in digests:
+                digests[id(t)] = _local_digest(t)
+    sources = list({id(source): source for *_, source in pairs}.values())
+    varying = [int(_local(s).numel() > 0 and float(_local(s).max()) != float(_local(s).min())) for s in sources]
+    counts = _sum_over_ranks([digests[id(t)] != digests[id(s)] for _, t, _, s in pairs] + varying)
+    random_sources = {id(s) for s, count in zip(sources, counts[len(pairs):]) if count > 0}
+    return [f"{name}: holds exactly the initial values of {other}, which is re-drawn, but got them by a path "
+            f"the recorder does not watch (e.g. through numpy or a file); make it with .clone(), copy.deepcopy "
+            f"or copy_, which follow their source" for (name, _, other, source), differ in zip(pairs, counts)
+            if differ == 0 and id(source) in random_sources]
 
 
 def _problems(named, recorder, strict):
@@ -101,26 +196,45 @@ def _problems(named, recorder, strict):
             problems.append(f"{name}: {storage.unsupported}")
         elif tensor.is_global and flow.sbp.partial_sum in tensor.sbp:
             problems.append(f"{name}: a partial-sum tensor drawn at {storage.recipe.site}")
-        elif tuple(tensor.shape) != storage.recipe.shape:
+        elif storage.recipe.drawn and tuple(tensor.shape) != storage.recipe.shape:
             problems.append(f"{name}: drawn with shape {storage.recipe.shape}, now {tuple(tensor.shape)}")
         else:
             checked.append((name, tensor, storage.recipe))
     mismatched = _sum_over_ranks([not _replay_matches(recipe, tensor) for _, tensor, recipe in checked])
-    problems += [f"{name}: replaying {recipe.describe()} (drawn at {recipe.site}) does not give its value: "
+    problems += [f"{name}: replaying {recipe.describe()} (made at {recipe.site}) does not give its value: "
                  f"an in-place op the recorder does not watch changed it"
                  for (name, _, recipe), bad in zip(checked, mismatched) if bad]
+    problems += _untracked_copies(named, recorder, checked)
     if strict:
-        reached = {id(recorder.lookup(tensor)) for _, tensor in named}
-        stray = sorted({(s.recipe.site if s.recipe is not None else s.unsupported) for s in recorder.storages()
-                        if s.random and not s.consumed and id(s) not in reached})
         problems += [f"a random draw that reached no parameter or buffer by a tracked path: {site}"
-                     for site in stray]
+                     for site in _stray_sites(named, recorder, checked)]
     return problems, checked
+
+
+def _stray_sites(named, recorder, checked):
+    """Where random values were made that went nowhere the recorder saw (their last holder was
+    neither a parameter/buffer nor read by a watched op): an untracked path (numpy, ``item()``)
+    may have carried them into the model."""
+    reached = {id(recorder.lookup(tensor)) for _, tensor in named}
+    reached_draws = {id(draw) for _, _, recipe in checked for draw in recipe.draws()}
+    # Draws some tensor still holds: a value derived from a draw that was overwritten since (e.g.
+    # ``w[0][0]`` to compute a fan before ``w`` is drawn again) is no lost random value.
+    held = {id(s.recipe.root) for s in recorder.storages() if s.recipe is not None and s.recipe.drawn}
+
+    def stray(storage):
+        if not storage.random or storage.consumed or id(storage) in reached:
+            return False
+        if storage.recipe is None:
+            return not storage.derived  # a derivation that cannot be reproduced is judged by its sources
+        draws = {id(draw) for draw in storage.recipe.draws()}
+        return not draws & reached_draws and (storage.recipe.drawn or bool(draws & held))
+    return sorted({s.recipe.site if s.recipe is not None else s.unsupported for s in recorder.storages() if stray(s)})
 
 
 def reinitialize(model, recorder, seed, strict=True):
     """Re-draw every randomly initialised parameter/buffer of ``model`` from ``seed``; returns
-    ``{name: recipe description}`` of what was re-drawn.  Every rank must call it.
+    ``{name: recipe description}`` of what was re-drawn (a tensor that follows another one says
+    whose values it follows).  Every rank must call it.
 
     Raises ``RuntimeError`` (before changing anything) listing every tensor it cannot
     reproduce.  ``strict=False`` tolerates random draws that reached no tensor of the model.
@@ -131,11 +245,13 @@ def reinitialize(model, recorder, seed, strict=True):
         raise RuntimeError("layout_invariant init cannot reproduce these initial values from the seed "
                            "(use train.randomness='fast', or initialise them with nn.init / Tensor.normal_ "
                            "/ uniform_ on the whole global tensor):\n  " + "\n  ".join(problems))
+    keys = DrawKeys(checked, seed)
     redrawn = {}
     with flow.no_grad():
         for name, tensor, recipe in checked:
-            tensor.copy_(seeded_values(recipe, name, seed, tensor))
-            redrawn[name] = recipe.describe()
+            tensor.copy_(seeded_values(recipe, keys, tensor))
+            owners = sorted({keys.owner[id(draw)] for draw in recipe.draws()} - {name})
+            redrawn[name] = recipe.describe() + (f" (follows {', '.join(owners)})" if owners else "")
     recorder.release()
     return redrawn
 

@@ -1,9 +1,13 @@
 """Data randomness keyed by (seed, epoch, sample) instead of by who reads what, and when.
 
-* ``epoch_permutation(seed, epoch, size)``: the order of a whole dataset in one epoch, from a
-  generator of its own (the global numpy stream is left alone);
+* ``epoch_order(seed, epoch, size)``: the order of a whole dataset in one epoch, a keyed
+  permutation computed per position (``index_shuffle``: O(1) memory, the global numpy stream
+  is left alone);
 * ``keyed_streams(seed, epoch, index)``: python ``random``, numpy's global stream and OneFlow's
-  CPU generator seeded for one sample, the caller's streams put back afterwards.
+  CPU generator seeded for one sample, the caller's streams put back afterwards;
+* ``seed_batch_streams(seed, epoch, step, first_position)``: the same three streams for the
+  ``collate_fn`` of one batch; ``owned_generator_seed``: the seed of a generator a dataset owns,
+  per sample.
 
 flowvision 0.1.0 draws from all three: ``RandomCrop``, ``RandomHorizontalFlip``,
 ``RandomVerticalFlip`` and ``RandomApply`` from numpy; ``RandomOrder``, ``RandomChoice``,
@@ -26,34 +30,70 @@ from oneflow.utils.data import get_worker_info
 
 from .devices import own_cuda_device, own_cuda_generator
 
+from . import oneflow_draws
+from .index_shuffle import IndexShuffle
+
 _PERMUTATION_STREAM = 0x5A3F  # keeps the epoch order apart from anything else keyed by (seed, epoch)
 
 
-def epoch_permutation(seed, epoch, size):
-    """A permutation of ``range(size)``, a pure function of (``seed``, ``epoch``)."""
-    sequence = np.random.SeedSequence(int(seed), spawn_key=(_PERMUTATION_STREAM, int(epoch)))
-    return np.random.Generator(np.random.PCG64(sequence)).permutation(int(size))
+def epoch_order(seed, epoch, size):
+    """The order of ``range(size)`` in ``epoch``: ``epoch_order(...)(positions)`` -> dataset indices.
+
+    A pure function of (``seed``, ``epoch``), computed per position: starting an epoch costs
+    nothing whatever the dataset's size.
+    """
+    return IndexShuffle(size, (int(seed), _PERMUTATION_STREAM, int(epoch)))
+
+
+def _digest(key):
+    return hashlib.blake2b(repr(key).encode(), digest_size=16).digest()
 
 
 def sample_seeds(seed, epoch, index):
     """``(python, numpy, oneflow)`` seeds of one sample: unrelated for neighbouring keys."""
-    digest = hashlib.blake2b(repr((int(seed), int(epoch), int(index))).encode(), digest_size=16).digest()
+    return _three_seeds(_digest((int(seed), int(epoch), int(index))))
+
+
+def _three_seeds(digest):
     python_seed = int.from_bytes(digest, "little")
     numpy_seed = int.from_bytes(digest[:4], "little")  # the legacy RandomState takes 32 bits
     oneflow_seed = int.from_bytes(digest[8:16], "little") >> 1  # OneFlow wants a non-negative int64
     return python_seed, numpy_seed, oneflow_seed
 
 
-def _finish_queued_draws():
-    # An eager op reads its generator when it runs, not when it is queued: a draw still queued
-    # would see the other stream.
+_draws_seen = -1
+
+
+def _finish_queued_draws(only_after_draws=False):
+    """Wait for OneFlow's queued kernels: an eager op reads its generator when it runs, not when it
+    is queued, so a draw still queued would see the next stream.  ``only_after_draws``: not when no
+    OneFlow draw was made since the last wait (known while ``oneflow_draws`` watches them)."""
+    global _draws_seen
+    count = oneflow_draws.draw_count()
+    if only_after_draws and oneflow_draws.watching() and count == _draws_seen:
+        return
     flow._oneflow_internal.eager.Sync()
+    _draws_seen = count
 
 
 def seed_streams(seed, epoch, index):
     """Seed python, numpy's global stream and OneFlow's CPU generator for one sample."""
-    python_seed, numpy_seed, oneflow_seed = sample_seeds(seed, epoch, index)
-    _finish_queued_draws()  # the previous sample's draws are its own
+    _seed_three(*sample_seeds(seed, epoch, index))
+
+
+def seed_batch_streams(seed, epoch, step, first_position):
+    """Seed the three streams for the ``collate_fn`` of one batch: this rank's batch that starts at
+    ``first_position`` of the global batch of ``step``."""
+    _seed_three(*_three_seeds(_digest(("collate", int(seed), int(epoch), int(step), int(first_position)))))
+
+
+def owned_generator_seed(seed, epoch, index, path):
+    """A 63-bit seed for the generator at attribute ``path`` of a dataset, for one sample."""
+    return int.from_bytes(_digest(("owned", int(seed), int(epoch), int(index), str(path)))[:8], "little") >> 1
+
+
+def _seed_three(python_seed, numpy_seed, oneflow_seed):
+    _finish_queued_draws(only_after_draws=True)  # the previous sample's draws are its own
     random.seed(python_seed)
     np.random.seed(numpy_seed)
     flow.default_generator.manual_seed(oneflow_seed)

@@ -142,8 +142,12 @@ def _poll_exits(workdir, nproc):
 
 
 def launch(script, nproc, args=(), timeout=300, env=None, workdir=None, check=True, python=None,
-           stop_on_failure=True, device=None):
+           stop_on_failure=True, device=None, progress=None):
     """Run ``script`` on ``nproc`` ranks (CPU ranks unless ``device="cuda"``); return a ``LaunchResult``.
+
+    ``script`` is a file, or ``("-m", "package.module")`` to run a module as ``python -m`` does.
+    ``progress``, if given, is called with no argument at every poll (a few times a second)
+    while the job runs, e.g. to report how far it got.
 
     With ``check`` (default), raise ``MultiRankError`` naming the failed rank, or
     the command and the ranks still running on timeout.  With ``check=False`` the
@@ -157,7 +161,7 @@ def launch(script, nproc, args=(), timeout=300, env=None, workdir=None, check=Tr
     command = [
         python, "-m", "oneflow.distributed.launch",
         "--nproc_per_node", str(nproc), "--master_port", str(free_port()),
-        _RANK_WRAPPER, workdir, str(script), *map(str, args),
+        _RANK_WRAPPER, workdir, *_script_words(script), *map(str, args),
     ]
     run_env = pin_to_device(os.environ if env is None else env, device or ranks_device())
     run_env[RESULTS_DIR_ENV] = workdir
@@ -167,7 +171,7 @@ def launch(script, nproc, args=(), timeout=300, env=None, workdir=None, check=Tr
     with open(os.path.join(workdir, "launcher.log"), "w") as launcher_log:
         proc = subprocess.Popen(command, env=run_env, stdout=launcher_log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
-        launcher_rc = supervise(result, [proc], timeout, stop_on_failure)[0]
+        launcher_rc = supervise(result, [proc], timeout, stop_on_failure, progress)[0]
     if launcher_rc is not None and launcher_rc != 0 and not result.failed_ranks():
         # The launcher itself failed (e.g. before any rank started): blame every silent rank.
         result.returncodes = {r: (rc if rc is not None else launcher_rc) for r, rc in result.returncodes.items()}
@@ -176,9 +180,19 @@ def launch(script, nproc, args=(), timeout=300, env=None, workdir=None, check=Tr
     return result
 
 
-def supervise(result, launchers, timeout, stop_on_failure=True):
+def _script_words(script):
+    """The words after the rank wrapper's workdir: ``[path]`` or ``["-m", module]``."""
+    if isinstance(script, (list, tuple)):
+        if len(script) != 2 or script[0] != "-m":
+            raise ValueError(f"script={script!r}: expected a path or ('-m', 'package.module')")
+        return [str(word) for word in script]
+    return [str(script)]
+
+
+def supervise(result, launchers, timeout, stop_on_failure=True, progress=None):
     """Watch the ranks' exit files until every rank exited, one failed (``stop_on_failure``),
     every launcher ended, or ``timeout`` passed; then kill every launcher's process group.
+    ``progress()`` is called at every poll.
 
     Fills ``result.returncodes``, ``timed_out`` and ``wall_s``; returns the launchers' exit codes
     (None for one that was still running).  Several launchers: one per host of a multi-node job.
@@ -197,6 +211,8 @@ def supervise(result, launchers, timeout, stop_on_failure=True):
             if time.monotonic() - start > timeout:
                 result.timed_out = True
                 break
+            if progress is not None:
+                progress()
             time.sleep(0.2)
     finally:
         for proc in launchers:

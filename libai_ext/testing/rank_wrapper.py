@@ -1,7 +1,8 @@
 """Run one rank's script, log its output to ``rank<R>.log`` and its exit code to ``rank<R>.exit``.
 
 Started by ``oneflow.distributed.launch`` (through ``multirank.launch``), once per rank,
-as ``python rank_wrapper.py WORKDIR SCRIPT [ARGS...]``.  A separate process
+as ``python rank_wrapper.py WORKDIR SCRIPT [ARGS...]`` (``SCRIPT`` may be ``-m`` followed by a module
+name: the rank then runs ``python -u -m MODULE ARGS...``).  A separate process
 (standard library only), so a rank that aborts in C++ still gets its exit code recorded.
 """
 import os

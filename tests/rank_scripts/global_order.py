@@ -13,25 +13,36 @@ step 3 is the first of epoch 1.  Variants:
 * ``unkeyed``: ``GlobalOrderBatchSampler`` as a plain batch sampler, no ``KeyedAugmentation``
   (the sampler half alone);
 * ``resume_mid`` / ``resume_epoch``: ``layout_invariant`` resumed through LiBai's
-  ``cfg.dataloader.consumed_samples`` at step 1 and at step 2 (epoch 0's last batch).
+  ``cfg.dataloader.consumed_samples`` at step 1 and at step 2 (epoch 0's last batch);
+* ``acc2`` / ``acc2_graph``: ``layout_invariant`` with 2 accumulation steps (micro batch
+  ``32 // (dp * 2)``) for steps 0-3, eager and graph mode (LiBai 0.1.1's graph loader reads ``micro x acc`` per
+  rank, LiBai main's reads micro-batches that its trainer joins);
+* ``eval_*``: LiBai's own evaluator (``trainer.test``) over the first 45 test digits with a global
+  test batch of 8 (``train.test_micro_batch_size = 8 // dp``), ``eval_iter`` 3 (24 samples) or
+  all (``ConsistentBatchTrainer``), and 3 with stock ``DefaultTrainer``.
 
 Stage-0 ranks report, per variant and recorded step, the indices and a digest of each
-augmented image of the global batch; every rank reports how many batches it joined.
+augmented image of the global batch (accumulation variants: each loader batch of their own, with
+its ``batch_position``); rank 0 reports the samples each evaluation scored, in order; every rank
+reports how many batches it joined.
 """
 import hashlib
 
 import oneflow as flow
 from flowvision import transforms as T
 from libai.config import LazyCall
-from libai.data.build import trivial_batch_collator
+from libai.data.build import build_image_test_loader, trivial_batch_collator
 from libai.data.structures import DistTensorData
 from libai.engine import DefaultTrainer
+from libai.evaluation import DatasetEvaluator
 from oneflow.utils.data import DataLoader
 
 from common import get_batch, image_loader_config, on_stage0, replicated_on_stage0, run_or_die, setup_layout_and_digits
 from libai_ext import ConsistentBatchTrainer, GlobalOrderBatchSampler, seed_everything
+from libai_ext.compat import fill_missing_config_keys
 from libai_ext.compat.layout import placement_data_parallel_rank
-from libai_ext.data import CIFAR100Folder
+from libai_ext.data import CIFAR100Folder, cifar_test_transform
+from libai_ext.data.ordered_loader import GlobalOrderLoader, batch_position
 from libai_ext.data.transforms import CIFAR100_TRAIN_MEAN, CIFAR100_TRAIN_STD
 from libai_ext.testing import write_rank_result
 
@@ -41,6 +52,10 @@ ORDER_SEED = 0  # train.seed of image_loader_config: the sampler's and the augme
 DIGITS = 100
 STEPS = [0, 1, 2, 3, 4]
 RESUMES = {"resume_mid": 1, "resume_epoch": 2}  # variant: first step after the resume
+ACCUMULATION = 2
+ACC_STEPS = 4  # steps 0-3: step 3 is the first of epoch 1
+EVAL_DIGITS, EVAL_GLOBAL_BATCH = 45, 8
+EVAL_ITERS = {"truncated": 3, "full": 10 ** 5}
 
 
 class RandomContrast:
@@ -61,11 +76,11 @@ def augmentation():
 
 
 class IndexedDigits(CIFAR100Folder):
-    """The first ``DIGITS`` training digits; each sample also holds its index (on stage 0, like the images)."""
+    """The first ``count`` digits; each sample also holds its index (on stage 0, like the images)."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, count=DIGITS, **kwargs):
         super().__init__(*args, **kwargs)
-        self.data, self.targets = self.data[:DIGITS], self.targets[:DIGITS]
+        self.data, self.targets = self.data[:count], self.targets[:count]
 
     def __getitem__(self, index):
         sample = super().__getitem__(index)
@@ -73,9 +88,10 @@ class IndexedDigits(CIFAR100Folder):
         return sample
 
 
-def trainer_loader(trainer, data, micro_batch, randomness, consumed=None):
+def trainer_loader(trainer, data, micro_batch, randomness, consumed=None, accumulation=1, graph=False):
     folder = LazyCall(IndexedDigits)(root=data, train=True, transform=LazyCall(augmentation)())
-    cfg = image_loader_config(folder, micro_batch, randomness=randomness)
+    cfg = image_loader_config(folder, micro_batch, randomness=randomness, num_accumulation_steps=accumulation)
+    cfg.graph.enabled = graph
     if consumed is not None:
         cfg.dataloader.consumed_samples = consumed  # where LiBai's resume puts the position
     return trainer.build_train_loader(cfg)[0]
@@ -104,6 +120,63 @@ def record(variant, trainer, loader, steps, first=0):
     return joined
 
 
+def record_loader_batches(variant, loader, batches):
+    """Each stage-0 rank: its own ``batches`` loader batches, with where each lies in its global batch.
+
+    Read from the global-order loader itself, under whatever the trainer wraps it in (stage-0-only
+    loading; ranks outside stage 0 read nothing)."""
+    while not isinstance(loader, GlobalOrderLoader):
+        loader = loader.loader
+    if on_stage0():
+        iterator = iter(loader)
+        for _ in range(batches):
+            data = next(iterator)
+            where = batch_position(data)
+            write_rank_result(variant=variant, step=where.step, micro_step=where.micro_step, first=where.first_position,
+                              indices=data.get("indices").tensor.numpy().tolist(),
+                              images=[_digest(img) for img in data.get("images").tensor.numpy()])
+    return batches
+
+
+def _digest(image):
+    return hashlib.sha1(image.tobytes()).hexdigest()[:16]
+
+
+class ScoredSamples(DatasetEvaluator):
+    """Keeps which samples the evaluation scored, in order (on the main process, where LiBai calls it)."""
+
+    def __init__(self):
+        self.scored = []
+
+    def reset(self):
+        self.scored = []
+
+    def process(self, inputs, outputs):
+        self.scored.extend(inputs["indices"].numpy().tolist())
+
+    def evaluate(self):
+        return {"scored": float(len(self.scored))}
+
+
+def indices_model(**data):
+    return {"indices": data["indices"]}
+
+
+def evaluate(variant, trainer, data, dp, eval_iter):
+    """LiBai's evaluation loop (``trainer.test``) over the indexed test digits; rank 0 reports what it scored."""
+    folder = LazyCall(IndexedDigits)(root=data, train=False, count=EVAL_DIGITS,
+                                     transform=LazyCall(cifar_test_transform)(img_size=32))
+    cfg = image_loader_config(folder, EVAL_GLOBAL_BATCH // dp)
+    cfg.train.evaluation = dict(eval_iter=eval_iter)
+    cfg.dataloader.test = [LazyCall(build_image_test_loader)(dataset=folder, num_workers=0)]
+    fill_missing_config_keys(cfg)  # LiBai main's test reads train.input_placement_device
+    evaluator = ScoredSamples()
+    trainer.test(cfg, trainer.build_test_loader(cfg), indices_model, evaluator)
+    if flow.env.get_rank() == 0:
+        write_rank_result(variant=variant, scored=evaluator.scored)
+    return 1
+
+
 def main():
     args = setup_layout_and_digits()
     micro = GLOBAL_BATCH // args.dp
@@ -123,7 +196,27 @@ def main():
     for variant, (trainer, build, steps, first) in runs.items():
         seed_everything(SEED, randomness="fast" if variant in ("fast", "stock") else "layout_invariant")
         joined[variant] = record(variant, trainer, build(), steps, first)
+    acc_micro = GLOBAL_BATCH // (args.dp * ACCUMULATION)
+    for variant, graph in (("acc2", False), ("acc2_graph", True)):
+        seed_everything(SEED, randomness="layout_invariant")
+        loader = trainer_loader(ConsistentBatchTrainer, args.data, acc_micro, "layout_invariant",
+                                accumulation=ACCUMULATION, graph=graph)
+        per_step = 1 if _whole_steps(loader) else ACCUMULATION
+        joined[variant] = record_loader_batches(variant, loader, ACC_STEPS * per_step)
+    evaluations = {"eval_full": (ConsistentBatchTrainer, EVAL_ITERS["full"]),
+                   "eval_truncated": (ConsistentBatchTrainer, EVAL_ITERS["truncated"]),
+                   "eval_stock_truncated": (DefaultTrainer, EVAL_ITERS["truncated"])}
+    for variant, (trainer, eval_iter) in evaluations.items():
+        seed_everything(SEED, randomness="layout_invariant")
+        joined[variant] = evaluate(variant, trainer, args.data, args.dp, eval_iter)
     write_rank_result(variant="summary", stage0=on_stage0(), joined=joined)
+
+
+def _whole_steps(loader):
+    """LiBai 0.1.1's graph loader: one batch holds a rank's whole slice of a global batch."""
+    while not isinstance(loader, GlobalOrderLoader):
+        loader = loader.loader
+    return loader.sampler.whole_step
 
 
 if __name__ == "__main__":

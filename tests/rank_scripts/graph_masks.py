@@ -4,11 +4,13 @@ The model has a Dropout called twice per forward and a DropPath on stage 0, a Dr
 the last stage; the learning rate is 0, so each step's output differs only by its masks.
 For every gradient accumulation in ``--accs``, four steps in each mode:
 
-* ``eager``: the micro-batches one by one (a step's output: theirs, concatenated);
+* ``eager``: the micro-batches one by one, each inside ``drawing_step(step, micro, acc)`` as the
+  trainer runs them (a step's output: theirs, concatenated);
 * ``graph_resumed``: ``libai_ext``'s ``GraphBase``, two steps; then the state dict into a fresh
-  model and a fresh graph, two more steps (the counters travel in the layers' ``calls`` buffers);
-* ``plain_graph``: a bare ``nn.Graph`` around the same model: the counter frozen at trace
-  time, as every graph had it before ``graph_calls`` (the bug the test must be able to see).
+  model and a fresh graph, two more steps: each graph call inside ``drawing_step(step)``, as the
+  trainer runs it (the step alone keys the masks: a resumed run needs nothing else);
+* ``plain_graph``: a bare ``nn.Graph`` around the same model: its draw frozen at trace time, as
+  every graph had it before ``graph_calls`` (the bug the test must be able to see).
 
 Every rank records every mode's outputs (replicated to all ranks).
 """
@@ -20,6 +22,7 @@ from common import layout_parser, run_or_die, setup_layout
 from libai_ext import seed_everything
 from libai_ext.engine.graph import GraphBase
 from libai_ext.layers import DropPath, Dropout, name_stochastic_layers
+from libai_ext.random.draws import drawing_step
 from libai_ext.testing import write_rank_result
 
 B, S0 = flow.sbp.broadcast, flow.sbp.split(0)
@@ -78,28 +81,36 @@ def gathered(y):
     return y.to_global(placement=flow.env.all_device_placement("cpu"), sbp=B).to_local().numpy().tolist()
 
 
+def eager_micro_batch(model, x, step, micro, acc):
+    with drawing_step(step, micro=micro, micro_batches=acc):
+        return gathered(model(x=x[micro * ROWS:(micro + 1) * ROWS])["y"])
+
+
 def eager_steps(acc, steps=STEPS):
     model, _ = new_model()
     x = inputs(acc)
-    return [sum((gathered(model(x=x[m * ROWS:(m + 1) * ROWS])["y"]) for m in range(acc)), [])
-            for _ in range(steps)]
+    return [sum((eager_micro_batch(model, x, step, m, acc) for m in range(acc)), []) for step in range(steps)]
 
 
-def graph_steps(acc, graph, steps):
+def graph_steps(acc, graph, steps, first_step=0):
     x = inputs(acc)
-    return [gathered(graph(x=x)["y"]) for _ in range(steps)]
+    outputs = []
+    for step in range(first_step, first_step + steps):
+        with drawing_step(step):
+            outputs.append(gathered(graph(x=x)["y"]))
+    return outputs
 
 
-def graph_run(acc, steps=STEPS, state=None):
+def graph_run(acc, steps=STEPS, state=None, first_step=0):
     model, optimizer = new_model()
     if state is not None:
         model.load_state_dict(state)
-    return graph_steps(acc, TrainGraph(model, optimizer, grad_acc_steps=acc), steps), model
+    return graph_steps(acc, TrainGraph(model, optimizer, grad_acc_steps=acc), steps, first_step), model
 
 
 def resumed_run(acc):
     first, model = graph_run(acc, STEPS // 2)
-    rest, _ = graph_run(acc, STEPS - STEPS // 2, state=model.state_dict())
+    rest, _ = graph_run(acc, STEPS - STEPS // 2, state=model.state_dict(), first_step=STEPS // 2)
     return first + rest
 
 

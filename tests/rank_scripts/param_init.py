@@ -1,56 +1,212 @@
-"""On every rank: build configs/swin_digits_cpu.py's model as a trainer does, report its initial weights.
+"""On every rank, for each layout of ``--layouts`` in turn: build models as a trainer does, report their weights.
 
-Three builds, each from ``seed_from_config`` (train.seed of the config): ``ConsistentBatchTrainer.build_model``
-with train.randomness "layout_invariant" and "fast", and LiBai's ``DefaultTrainer.build_model`` (stock).
-After each, every rank writes one record: for every parameter and buffer whose placement holds
-it, a SHA-1 of the whole global value (gathered) and its mean / std, so that layouts can be
-compared bit for bit, and the build time.
+One launch covers several layouts of its world size (LiBai's layout is set up again for each),
+so that OneFlow's start-up is paid once.  Per layout, one record per build:
+
+* ``swin``: configs/swin_digits_cpu.py's model from ``ConsistentBatchTrainer.build_model`` with
+  train.randomness "layout_invariant" and "fast", and LiBai's ``DefaultTrainer.build_model`` (stock);
+* ``gpt``, ``bert``, ``vit``, ``t5``: LiBai's own models (tiny) inside ``build_with_seeded_init``;
+* ``ema``: a LiBai ViT student with an EMA teacher made by ``copy.deepcopy``, a second copy made
+  by ``load_state_dict`` and ``w * 0.5``, ``flow.cat([w, w])`` of a split weight ``w``, inside
+  ``build_with_seeded_init``; the record says whether the copies equal the student and the
+  derived tensors equal those ops on the student's weight, element for element, on this layout;
+* ``late`` (with ``--late``): ``ConsistentBatchTrainer.build_model`` of a model that creates a
+  parameter in its first forward, under both modes: what the first forward raised or logged.
+
+Every record holds, for every parameter and buffer whose placement includes this rank, a SHA-1
+of the whole global value (gathered), so that layouts can be compared bit for bit.
 """
+import argparse
+import copy
 import hashlib
+import inspect
+import logging
 import os
+import re
 import time
 
+import numpy as np
 import oneflow as flow
-from libai.config import LazyConfig
+from libai.config import LazyCall, LazyConfig
 from libai.engine import DefaultTrainer
+from libai.models import BertModel, GPTModel, T5Model, VisionTransformer
+from oneflow import nn
 
-from common import layout_parser, run_or_die, setup_layout
-from libai_ext import ConsistentBatchTrainer, seed_from_config
+from common import run_or_die, setup_layout
+from libai_ext import ConsistentBatchTrainer, build_with_seeded_init, seed_from_config
 from libai_ext.random.param_init import named_tensors
 from libai.utils import distributed as dist
 from libai_ext.testing import ranks_device, write_rank_result
 
-BUILDS = (("layout_invariant", ConsistentBatchTrainer, "layout_invariant"),
-          ("fast", ConsistentBatchTrainer, "fast"),
-          ("stock", DefaultTrainer, "layout_invariant"))
+SWIN_BUILDS = (("layout_invariant", ConsistentBatchTrainer, "layout_invariant"),
+               ("fast", ConsistentBatchTrainer, "fast"),
+               ("stock", DefaultTrainer, "layout_invariant"))
 CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "swin_digits_cpu.py")
+SEED = 7
+TEXT = dict(vocab_size=64, hidden_size=32, num_attention_heads=4, max_position_embeddings=16)
+# LiBai 0.1.1's GPTModel counts its layers as num_layers, main's as hidden_layers.
+GPT_LAYERS = "num_layers" if "num_layers" in inspect.signature(GPTModel.__init__).parameters else "hidden_layers"
+
+
+def tiny_vit():
+    return VisionTransformer(img_size=16, patch_size=4, embed_dim=32, depth=2, num_heads=4, num_classes=10)
+
+
+LIBAI_MODELS = {
+    "gpt": lambda: GPTModel(**{GPT_LAYERS: 2}, vocab_size=64, hidden_size=32, ffn_hidden_size=64,
+                            num_attention_heads=4, max_seq_length=16),
+    "bert": lambda: BertModel(hidden_layers=2, intermediate_size=64, hidden_dropout_prob=0.0,
+                              attention_probs_dropout_prob=0.0, bias_gelu_fusion=False, bias_dropout_fusion=False,
+                              scale_mask_softmax_fusion=False, **TEXT),
+    "vit": tiny_vit,
+    "t5": lambda: T5Model(hidden_layers=2, intermediate_size=64, embedding_dropout_prob=0.0, hidden_dropout_prob=0.0,
+                          attention_probs_dropout_prob=0.0, **TEXT),
+}
+
+
+class EMAPair(nn.Module):
+    """A student, its EMA teacher (``copy.deepcopy``, as MoCo, BYOL and DINO make one), a copy
+    loaded with ``load_state_dict`` from the student (built in the same recording), and two
+    tensors derived from a tensor-parallel (split) weight of the student."""
+
+    def __init__(self):
+        super().__init__()
+        self.student = tiny_vit()
+        self.teacher = copy.deepcopy(self.student)
+        self.loaded = tiny_vit()
+        self.loaded.load_state_dict(self.student.state_dict())
+        weight = self.student.blocks[0].mlp.dense_h_to_4h.weight
+        self.halved = nn.Parameter(weight * 0.5)
+        self.joined = nn.Parameter(flow.cat([weight, weight]))
+
+
+class LateParameter(nn.Module):
+    """Creates a parameter in its first forward (never seen by the optimizer)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        if not hasattr(self, "lazy_scale"):
+            self.lazy_scale = nn.Parameter(flow.ones(4))
+        return x
+
+
+def parse_layout(name):
+    """"1", "tp2xpp2", "dp2xtp2", ... -> (dp, tp, pp)."""
+    sizes = dict(dp=1, tp=1, pp=1)
+    for kind, size in re.findall(r"(dp|tp|pp)(\d+)", name):
+        sizes[kind] = int(size)
+    return sizes["dp"], sizes["tp"], sizes["pp"]
+
+
+def use_layout(name, layers):
+    dp, tp, pp = parse_layout(name)
+    setup_layout(argparse.Namespace(dp=dp, tp=tp, pp=pp, layers=layers))
+    util = dist.get_dist_util()
+    if hasattr(util, "set_device_type"):  # LiBai main: build_model's placements follow it (default "cuda")
+        util.set_device_type(ranks_device())
 
 
 def full_value(tensor):
     """The whole global tensor as numpy on the ranks of its placement (None elsewhere)."""
     tensor = tensor.detach()
+    if not tensor.is_global:
+        return tensor.numpy()
     whole = tensor.to_global(sbp=[flow.sbp.broadcast] * len(tensor.sbp))
     return whole.to_local().numpy() if flow.env.get_rank() in tensor.placement.ranks.flatten().tolist() else None
 
 
-def main():
-    setup_layout(layout_parser().parse_args())
-    util = dist.get_dist_util()
-    if hasattr(util, "set_device_type"):  # LiBai main: build_model's placements follow it (default "cuda")
-        util.set_device_type(ranks_device())
-    for build, trainer, randomness in BUILDS:
+def digests(model):
+    """{name: [sha1, std]} of every tensor this rank holds a part of."""
+    found = {}
+    for name, tensor in named_tensors(model):
+        value = full_value(tensor)
+        if value is not None:
+            found[name] = [hashlib.sha1(value.tobytes()).hexdigest(), float(value.std())]
+    return found
+
+
+def build_swin(layout):
+    for build, trainer, randomness in SWIN_BUILDS:
         cfg = LazyConfig.load(CONFIG)
         cfg.train.randomness = randomness
         seed_from_config(cfg)
         start = time.perf_counter()
         model = trainer.build_model(cfg)
-        seconds = time.perf_counter() - start
-        weights = {}
-        for name, tensor in named_tensors(model):
-            value = full_value(tensor)
-            if value is not None:
-                weights[name] = [hashlib.sha1(value.tobytes()).hexdigest(), float(value.mean()), float(value.std())]
-        write_rank_result(build=build, weights=weights, build_s=seconds)
+        write_rank_result(layout=layout, model="swin", build=build, weights=digests(model),
+                          seconds=time.perf_counter() - start)
+
+
+def build_libai_models(layout):
+    for name, build in LIBAI_MODELS.items():
+        start = time.perf_counter()
+        model, redrawn = build_with_seeded_init(build, SEED)
+        write_rank_result(layout=layout, model=name, build="layout_invariant", redrawn=sorted(redrawn),
+                          weights=digests(model), seconds=time.perf_counter() - start)
+
+
+def build_ema(layout):
+    start = time.perf_counter()
+    model, redrawn = build_with_seeded_init(EMAPair, SEED)
+    weights = digests(model)
+    student = {n[len("student."):]: d for n, d in weights.items() if n.startswith("student.")}
+    copies = {copy_name: sorted(n for n, d in student.items() if weights[f"{copy_name}.{n}"] != d)
+              for copy_name in ("teacher", "loaded")}
+    weight = full_value(model.student.blocks[0].mlp.dense_h_to_4h.weight)
+    derived = None
+    if weight is not None:  # this rank holds the first block's stage
+        derived = {"halved": bool((full_value(model.halved) == weight * 0.5).all()),
+                   "joined": bool((full_value(model.joined) == np.concatenate([weight, weight])).all())}
+    write_rank_result(layout=layout, model="ema", build="layout_invariant", weights=weights,
+                      compared=len(student), differ_from_student=copies, derived_exact=derived,
+                      followers=sorted(n for n, recipe in redrawn.items() if "(follows student." in recipe),
+                      seconds=time.perf_counter() - start)
+
+
+class Captured(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def build_late(layout):
+    """The trainer's own build path with a parameter created in forward, under both modes."""
+    for randomness in ("layout_invariant", "fast"):
+        cfg = LazyConfig.load(CONFIG)
+        cfg.model = LazyCall(LateParameter)()
+        cfg.train.randomness = randomness
+        model = ConsistentBatchTrainer.build_model(cfg)
+        handler = Captured()
+        logging.getLogger("libai_ext").addHandler(handler)
+        try:
+            model(flow.zeros(2, 4))
+            raised = None
+        except RuntimeError as error:
+            raised = str(error)
+        finally:
+            logging.getLogger("libai_ext").removeHandler(handler)
+        write_rank_result(layout=layout, model="late", build=randomness, raised=raised, warnings=handler.messages)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--layouts", required=True, help="comma-separated: 1, tp2xpp2, dp2xtp2, ...")
+    parser.add_argument("--models", default="swin,libai,ema")
+    parser.add_argument("--layers", type=int, default=4, help="pipeline_num_layers")
+    parser.add_argument("--late", action="store_true")
+    args = parser.parse_args()
+    builders = {"swin": build_swin, "libai": build_libai_models, "ema": build_ema}
+    for layout in args.layouts.split(","):
+        use_layout(layout, args.layers)
+        for model in args.models.split(","):
+            builders[model](layout)
+        if args.late:
+            build_late(layout)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,70 @@
+"""LiBai's own VisionTransformer on the digits, sized for CPU ranks, every dropout and drop-path on.
+
+``libai.models.VisionTransformer`` (patch 8 on the 32x32 upscaled digits: 16 patches + the class
+token, embed 64, 4 heads, depth 4) with the data pipeline of configs/swin_digits_cpu.py:
+scikit-learn's handwritten digits as a CIFAR-format folder, random crop, mixup/cutmix and
+label smoothing (soft labels, so the loss is a soft-target cross entropy).
+
+    python -m oneflow.distributed.launch --nproc_per_node 1 tools/train_net.py \
+        --config-file configs/libai_vit_digits_cpu.py
+    ... --nproc_per_node 2 ... train.dist.pipeline_parallel_size=2   # blocks 0-1 | 2-3
+    ... --nproc_per_node 2 ... train.dist.tensor_parallel_size=2
+    ... --nproc_per_node 8 ... train.dist.data_parallel_size=2 train.dist.tensor_parallel_size=2 \
+        train.dist.pipeline_parallel_size=2
+
+Runs unchanged on LiBai 0.1.1 and main.  Randomness: dropout 0.1 after the position embedding
+and on every block's attention probabilities and outputs, drop-path rising to 0.2 over the
+blocks (LiBai's DropPath), mixup.  Fusions: ViT passes none to its TransformerLayers, whose
+defaults are all off.
+"""
+from libai.config import LazyCall
+from libai.data.build import build_image_test_loader, build_image_train_loader
+from libai.models import VisionTransformer
+from omegaconf import OmegaConf
+
+from libai_ext.data import (
+    DIGITS_NUM_CLASSES, CIFAR100Folder, build_mixup, cifar_test_transform, cifar_train_transform,
+    ensure_digits_cifar,
+)
+from libai_ext.models.losses import SoftTargetCrossEntropy
+
+from .common.graph import graph
+from .common.optim import optim
+from .common.train import train
+
+DEPTH = 4
+model = LazyCall(VisionTransformer)(
+    img_size=32, patch_size=8, in_chans=3, embed_dim=64, depth=DEPTH, num_heads=4, mlp_ratio=4.0,
+    drop_rate=0.1, attn_drop_rate=0.1, drop_path_rate=0.2,
+    num_classes=DIGITS_NUM_CLASSES,
+    loss_func=LazyCall(SoftTargetCrossEntropy)(),  # mixup's soft labels
+)
+
+data_root = LazyCall(ensure_digits_cifar)(root="./data/digits")  # written on first use, no download
+dataloader = OmegaConf.create()
+dataloader.train = LazyCall(build_image_train_loader)(
+    dataset=[LazyCall(CIFAR100Folder)(
+        root=data_root, train=True, transform=LazyCall(cifar_train_transform)(img_size=32, hflip=False))],
+    num_workers=0,
+    mixup_func=LazyCall(build_mixup)(num_classes=DIGITS_NUM_CLASSES, mixup_alpha=0.8, cutmix_alpha=1.0,
+                                     label_smoothing=0.1),
+)
+dataloader.test = [LazyCall(build_image_test_loader)(
+    dataset=LazyCall(CIFAR100Folder)(root=data_root, train=False,
+                                     transform=LazyCall(cifar_test_transform)(img_size=32)),
+    num_workers=0,
+)]
+
+train.output_dir = "./output/libai_vit_digits_cpu"
+train.train_micro_batch_size = 32  # even: flowvision's batch mixup needs pairs
+train.test_micro_batch_size = 60   # 360 test images = 6 full batches
+train.train_iter = 1000
+train.warmup_ratio = 0.05
+train.log_period = 10
+train.checkpointer.period = 100000  # no periodic checkpoints
+train.evaluation.eval_period = 200
+train.seed = 1234
+# Block i has layer_idx i (pos/patch embedding on layer 0, norm and head on -1).
+train.dist.pipeline_num_layers = DEPTH
+
+optim.lr = 1e-3

@@ -1,0 +1,116 @@
+"""What every command-line tool shares: parsing with ``key=value`` overrides anywhere, help
+layout, and re-launching a tool's own module on ranks.
+
+Standard library only: a tool parses its arguments before it imports OneFlow or LiBai.
+"""
+import argparse
+import os
+import site
+import sys
+import textwrap
+
+OVERRIDES_DEST = "opts"
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def is_override(word):
+    """``key=value`` words: a ``=`` and no leading ``-`` (``--opt=value`` is an option)."""
+    return "=" in word and not word.startswith("-")
+
+
+def epilog(exit_codes=(), examples=()):
+    """The text after the options in ``--help``: exit codes, then examples."""
+    parts = []
+    if exit_codes:
+        parts.append("exit codes:\n" + "\n".join(
+            textwrap.fill(meaning, width=96, initial_indent=f"  {code}  ", subsequent_indent="     ")
+            for code, meaning in exit_codes))
+    if examples:
+        parts.append("examples:\n" + "\n".join(f"  {line}" if line else "" for line in examples))
+    return "\n\n".join(parts)
+
+
+class ToolParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose ``key=value`` config overrides may sit before, between or after
+    the options (LiBai's own parser takes everything after the first override as an override, so
+    ``... train.train_iter=5 --resume`` handed ``--resume`` to Hydra).
+
+    With ``overrides=True`` the words that are overrides (``is_override``) and are not the value
+    of an option end up, in order, in ``args.opts``.  Help keeps the description and epilog as
+    written.
+    """
+
+    def __init__(self, *args, overrides=False, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+        self._takes_value = set()
+        self._overrides = overrides
+        if overrides:
+            super().add_argument(OVERRIDES_DEST, nargs="*", metavar="key=value",
+                                 help="config overrides in LiBai's (Hydra's) syntax, e.g. train.train_iter=20; "
+                                      "they may come before or after the options")
+
+    def add_argument(self, *args, **kwargs):
+        action = super().add_argument(*args, **kwargs)
+        if action.option_strings and action.nargs != 0:
+            self._takes_value.update(action.option_strings)
+        return action
+
+    def split_overrides(self, argv):
+        """``(the other words, the overrides)``; an option's value is never taken as an override."""
+        others, overrides, expect_value = [], [], False
+        for word in argv:
+            if not expect_value and is_override(word):
+                overrides.append(word)
+            else:
+                others.append(word)
+            expect_value = word in self._takes_value
+        return others, overrides
+
+    def parse_args(self, args=None, namespace=None):
+        argv = sys.argv[1:] if args is None else [str(a) for a in args]
+        if not self._overrides:
+            return super().parse_args(argv, namespace)
+        others, overrides = self.split_overrides(argv)
+        parsed = super().parse_args(others, namespace)
+        stray = getattr(parsed, OVERRIDES_DEST)
+        if stray:
+            self.error(f"unrecognized arguments: {' '.join(stray)} (config overrides are key=value)")
+        setattr(parsed, OVERRIDES_DEST, overrides)
+        return parsed
+
+
+def module_target(module_name):
+    """What ``libai_ext.testing.launch`` runs on each rank for a tool's module: ``python -m MODULE``.
+
+    The module, not the file the tool was started from: an installed console script, a
+    ``python -m`` run and a checkout's ``tools/*.py`` then start the same code on the ranks.
+    """
+    return ("-m", module_name)
+
+
+def rank_environ(environ=None):
+    """``environ`` for rank processes, with this ``libai_ext`` importable as ``-m`` needs it.
+
+    A checkout run (``tools/*.py``, or ``PYTHONPATH`` pointing at a worktree) puts the package's
+    folder first on ``PYTHONPATH``, so the ranks import the same ``libai_ext`` as this process; an
+    installed package is importable already (its site-packages folder is not added).
+    """
+    environ = dict(os.environ if environ is None else environ)
+    site_dirs = set(site.getsitepackages()) | {site.getusersitepackages()}
+    if PACKAGE_ROOT not in site_dirs:
+        paths = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != PACKAGE_ROOT]
+        environ["PYTHONPATH"] = os.pathsep.join([PACKAGE_ROOT, *paths])
+    return environ
+
+
+def checkout_root(required=("configs",), start=None, search_package=True):
+    """The libai_ext checkout to read repository files from, or None: the first folder that holds
+    every path in ``required`` of the folder the package sits in (a checkout or an editable
+    install; unless ``search_package`` is False) and ``start`` (default: the working directory).
+    """
+    candidates = [PACKAGE_ROOT] if search_package else []
+    for root in candidates + [os.path.abspath(start or os.getcwd())]:
+        if all(os.path.exists(os.path.join(root, path)) for path in required):
+            return root
+    return None

@@ -1,0 +1,344 @@
+"""``libai-ext-gpu-check`` (``tools/gpu_check.py``, ``make gpu-check``): check libai_ext on this
+machine's GPUs; prints one table row per check.
+
+It runs the repository's demo config and a rank script of its test suite, so it needs a checkout
+of libai_ext (the one this package was installed from, or ``--repo``).
+"""
+import os
+import sys
+import tempfile
+import time
+
+from .common import ToolParser, checkout_root, epilog, module_target, rank_environ
+
+DESCRIPTION = """\
+Check libai_ext on this machine's GPUs (about 5 minutes; every launched job has a hard timeout,
+and the whole check stops after 9 minutes).  Prints one table row per check:
+
+on 1 GPU:
+  masks    libai_ext.layers masks (the counter-based values, Dropout, DropPath) drawn on CUDA
+           equal the CPU ones bit for bit;
+  resume   configs/demo_pipeline_cpu.py trains on 1 CUDA rank, and a run stopped after iteration
+           K-1 and resumed repeats the uninterrupted run's raw per-iteration losses exactly;
+  generators  on each rank (1, or 2 where there are 2 GPUs), seeding, random-state capture and
+           restore, keyed augmentation and "fast" dropout touch only the rank's own GPU, "fast"
+           dropout creates one generator per (device, stream) however many calls, and a random
+           draw on the GPU inside keyed augmentation is refused (every generator creation and
+           GPU call recorded);
+on 2 GPUs or more, also:
+  pairing  pp2 get_batch keeps images and mixed-up labels paired with ConsistentBatchTrainer,
+           and breaks them with stock LiBai 0.1.1's DefaultTrainer (the bug is seen);
+  guard    train.batch_check stops every rank of a stock LiBai 0.1.1 run with rank-dependent
+           augmentation, and passes ConsistentBatchTrainer's batches.
+
+It reads configs/ and tests/rank_scripts/ of a libai_ext checkout: the one this package is
+installed from (an editable install or a checkout run), else the working directory, or --repo."""
+
+NO_GPU_EXIT = 2
+EXIT_CODES = (
+    (0, "every check passed"),
+    (1, "a check failed (its row says why; logs are kept under --workdir)"),
+    (NO_GPU_EXIT, "refused, nothing run: OneFlow sees no CUDA device (with --device cuda), no checkout "
+                  "was found, or bad arguments"),
+)
+
+EXAMPLES = (
+    "# on a GPU host, from the checkout (same as make gpu-check)",
+    "python tools/gpu_check.py",
+    "",
+    "# installed: point it at the checkout, keep the logs in /tmp",
+    "libai-ext-gpu-check --repo ~/libai_ext --workdir /tmp/gpu-check",
+    "",
+    "# the same checks on CPU ranks (how the test suite exercises this tool)",
+    "libai-ext-gpu-check --device cpu",
+)
+
+CHECKOUT_FILES = {"demo": os.path.join("configs", "demo_pipeline_cpu.py"),
+                  "pairing": os.path.join("tests", "rank_scripts", "pairing.py"),
+                  "gpu_host": os.path.join("tests", "rank_scripts", "gpu_host.py")}
+SIMULATED_GPUS = 8  # --device cpu: the generators check runs in a simulated 8-GPU host
+TRAIN_NET = module_target("libai_ext.cli.train_net")
+LAUNCH_TIMEOUT = 240  # one job; a GPU job of these takes well under a minute
+TOTAL_BUDGET_S = 540  # the whole check stays under 10 minutes, start-up included
+RESUME_K = 4
+
+_checkout = [checkout_root(tuple(CHECKOUT_FILES.values()))]
+
+
+def checkout_file(name):
+    """A file of the libai_ext checkout the checks read (``CHECKOUT_FILES``)."""
+    root = _checkout[0]
+    if root is None:
+        raise CheckFailed(f"no libai_ext checkout found (it needs {', '.join(CHECKOUT_FILES.values())}): "
+                          "run from a checkout or pass --repo")
+    return os.path.join(root, CHECKOUT_FILES[name])
+
+
+class CheckFailed(AssertionError):
+    pass
+
+
+_deadline = [float("inf")]
+
+
+def job_timeout():
+    """The hard timeout of the next launched job: what is left of the budget, at most LAUNCH_TIMEOUT."""
+    left = _deadline[0] - time.monotonic()
+    expect(left > 10, "out of time: the 10-minute budget is spent")
+    return min(LAUNCH_TIMEOUT, left)
+
+
+def expect(condition, message):
+    if not condition:
+        raise CheckFailed(message)
+
+
+# --- masks ------------------------------------------------------------------------------------
+
+def identical_bits(a, b):
+    """True when two arrays have the same dtype, shape and bytes."""
+    import numpy as np
+
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def check_masks(device):
+    """``libai_ext.layers`` values and masks on ``device`` equal the CPU ones bit for bit."""
+    import oneflow as flow
+    from libai.utils import distributed as dist
+    from omegaconf import DictConfig
+
+    from ..layers import DropPath, Dropout
+    from ..random.counter_rng import counter_uniform, derive_keys
+
+    dist.setup_dist_util(DictConfig({"data_parallel_size": 1, "tensor_parallel_size": 1,
+                                     "pipeline_parallel_size": 1, "pipeline_num_layers": 1}))
+    broadcast = [flow.sbp.broadcast]
+    placements = {name: flow.placement(name, [0]) for name in ("cpu", device)}
+    compared = 0
+    for counter in (0, 1, 977):
+        keys = derive_keys(1234, "gpu_check", counter)
+        values = {name: counter_uniform((64, 96), keys, placement, broadcast).to_local().numpy()
+                  for name, placement in placements.items()}
+        expect(identical_bits(values["cpu"], values[device]), f"counter_uniform differs (counter {counter})")
+        compared += values["cpu"].size
+    # "layout_invariant" promises one mask whatever the layout, and so whatever the device; "fast"
+    # uses each device's native kernel and promises nothing across devices.
+    for layer_type in (Dropout, DropPath):
+        outputs = {}
+        for name, placement in placements.items():
+            layer = layer_type(0.3, randomness="layout_invariant")
+            layer.stream = "gpu_check"  # the same stream, from its first call, on both devices
+            layer.train()
+            x = flow.ones(32, 16, 8, placement=placement, sbp=broadcast)
+            outputs[name] = layer(x).to_local().numpy()
+        kept = outputs["cpu"] != 0
+        expect(0 < kept.sum() < kept.size, f"{layer_type.__name__} dropped all or nothing: nothing compared")
+        expect(identical_bits(outputs["cpu"], outputs[device]), f"{layer_type.__name__} masks differ")
+        compared += kept.size
+    return f"{compared} values and mask elements identical to CPU"
+
+
+# --- multi-rank checks --------------------------------------------------------------------------
+
+def demo_args(output, data, *overrides):
+    return ["--config-file", checkout_file("demo"), f"train.output_dir={output}",
+            f"dataloader.train.dataset.0.root.root={data}", f"dataloader.test.0.dataset.root.root={data}", *overrides]
+
+
+def check_resume(device, workdir):
+    """The demo on 1 rank of ``device``: stopped after iteration K-1, resumed, same losses as uninterrupted."""
+    from ..testing import launch, raw_losses_by_run
+
+    output, data = os.path.join(workdir, "resume"), os.path.join(workdir, "data")
+    overrides = ["train.dist.pipeline_parallel_size=1", f"train.train_iter={2 * RESUME_K}",
+                 f"train.checkpointer.period={RESUME_K}", f"train.evaluation.eval_period={RESUME_K}",
+                 "train.evaluation.eval_iter=2", "train.test_micro_batch_size=90", "train.log_period=1"]
+    launch(TRAIN_NET, 1, demo_args(output, data, *overrides), timeout=job_timeout(), device=device,
+           env=rank_environ(), workdir=os.path.join(workdir, "resume-logs-0"))
+    with open(os.path.join(output, "last_checkpoint"), "w") as f:
+        f.write(f"model_{RESUME_K - 1:07d}")  # as if the run had been killed after that save
+    launch(TRAIN_NET, 1, ["--resume", *demo_args(output, data, *overrides)], timeout=job_timeout(),
+           device=device, env=rank_environ(), workdir=os.path.join(workdir, "resume-logs-1"))
+    runs = raw_losses_by_run(output)
+    expect(len(runs) == 2, f"expected an uninterrupted and a resumed run in losses.jsonl, found {len(runs)}")
+    full, tail = runs
+    expect([r["iteration"] for r in tail] == list(range(RESUME_K, 2 * RESUME_K)),
+           f"resumed iterations {[r['iteration'] for r in tail]}")
+    uninterrupted = {r["iteration"]: r["total_loss"] for r in full}
+    different = {r["iteration"]: (uninterrupted.get(r["iteration"]), r["total_loss"])
+                 for r in tail if uninterrupted.get(r["iteration"]) != r["total_loss"]}
+    expect(not different, f"resumed losses differ (uninterrupted, resumed): {different}")
+    return f"iterations {RESUME_K}-{2 * RESUME_K - 1}: {len(tail)} resumed losses equal bit for bit"
+
+
+def check_generators(device, workdir, nproc):
+    """Per rank: one generator per (device, stream), and no GPU touched but the rank's own."""
+    from ..testing import launch
+
+    args = [] if device == "cuda" else ["--simulated-gpus", SIMULATED_GPUS]
+    result = launch(checkout_file("gpu_host"), nproc, args, timeout=job_timeout(), device=device,
+                    workdir=os.path.join(workdir, "generators-logs"))
+    for rank in range(nproc):
+        record = result.record(rank)
+        own, phases = record["own_device"], record["phases"]
+        for phase in ("seeding", "rng_state", "keyed_streams", "fast_dropout"):
+            expect(phases[phase]["devices"] == [own], f"rank {rank}: {phase} touched GPUs {phases[phase]['devices']}, "
+                                                      f"its own is {own}")
+        created = phases["fast_dropout"]["created"]
+        expect(created == {"cpu": record["streams"], f"cuda:{own}": record["streams"]},
+               f"rank {rank}: {record['dropout_calls']} fast dropout calls on {record['streams']} streams created "
+               f"generators {created}")
+        expect(phases["manual_seed_all"]["devices"] == list(range(record["gpus"])),
+               f"rank {rank}: the recording did not see flow.cuda.manual_seed_all reach all {record['gpus']} GPUs")
+        expect(record["keyed_gpu_refusal"] is not None, f"rank {rank}: a GPU draw inside keyed augmentation "
+                                                        "went unnoticed")
+    host = "" if device == "cuda" else f" (simulated {SIMULATED_GPUS}-GPU host)"
+    return (f"{nproc} ranks{host}: each touched its own GPU only; {record['dropout_calls']} fast dropouts created "
+            f"{record['streams']} generators per device; GPU draw in keyed augmentation refused")
+
+
+def stock_keeps_pairs_on_pp2(mixup):
+    """What stock LiBai does at dp=1 x pp2: 0.1.1 breaks pairs with mixup only (every stage reads the same
+    samples); main takes every field from stage 0 (LiBai #255) and keeps them."""
+    from ..compat import libai_line, libai_main
+
+    return not mixup or libai_line() is libai_main
+
+
+def check_pairing(device, workdir):
+    """pp2 get_batch: the plugin keeps every pair; stock LiBai pairs as its line does (0.1.1 breaks mixup)."""
+    import numpy as np
+
+    from ..testing import launch
+
+    result = launch(checkout_file("pairing"), 2, ["--pp", 2], timeout=job_timeout(), device=device,
+                    workdir=os.path.join(workdir, "pairing-logs"))
+    records = {(r["trainer"], r["mixup"]): r for r in result.records(0)}
+    expected = [(trainer, mixup) for trainer in ("fixed", "stock", "synthetic") for mixup in (False, True)]
+    expect(sorted(records) == expected, f"rank 0 reported {sorted(records)}, expected {expected}")
+    stock_broken = 0
+    for (trainer, mixup), record in sorted(records.items()):
+        paired = np.allclose(record["image_ids"], record["label_ids"], atol=1e-4)
+        expect(len(record["image_ids"]) > 0, f"{trainer} mixup={mixup}: an empty batch proves nothing")
+        if trainer != "stock":
+            expect(paired, f"ConsistentBatchTrainer broke pairs ({trainer}, mixup={mixup})")
+        elif stock_keeps_pairs_on_pp2(mixup):
+            expect(paired, f"stock LiBai broke pairs that real LiBai keeps (mixup={mixup}): not LiBai's batches")
+        else:
+            expect(not paired, f"stock LiBai kept the pairs (mixup={mixup}): the check cannot see the bug")
+            stock_broken += 1
+    return f"pp2: plugin paired in 4/4 cases, stock broken in {stock_broken}/2 (as its LiBai line does)"
+
+
+def check_guard(device, workdir):
+    """train.batch_check stops every rank of stock LiBai 0.1.1 with per-rank augmentation (LiBai main takes
+    every field from stage 0, so there it passes); passes the plugin."""
+    from ..compat import libai_line, libai_main
+    from ..testing import launch
+
+    def run(name, trainer):
+        args = demo_args(os.path.join(workdir, name), os.path.join(workdir, "data"), f"train.trainer={trainer}",
+                         "train.seed_scope=rank", "train.batch_check=every", "train.train_iter=2",
+                         "train.evaluation.enabled=False", "train.stage0_only_loading=False")
+        return launch(TRAIN_NET, 2, args, timeout=job_timeout(), check=False, stop_on_failure=False,
+                      device=device, env=rank_environ(), workdir=os.path.join(workdir, f"{name}-logs"))
+
+    stock = run("guard-stock", "libai.engine.DefaultTrainer")
+    expect(not stock.timed_out, "the stock run hung")
+    if libai_line() is libai_main:
+        expect(stock.failed_ranks() == [] and "batch check passed at iteration 1" in stock.log(0),
+               f"stock LiBai main should pass the guard: {stock.log(0)[-2000:]}")
+        stock_verdict = "stock (LiBai main) passed"
+    else:
+        expect(stock.ranks_logging("BatchMismatchError") == [0, 1],
+               f"ranks reporting BatchMismatchError: {stock.ranks_logging('BatchMismatchError')}, expected [0, 1]")
+        stock_verdict = "stock stopped on ranks [0, 1]"
+    fixed = run("guard-fixed", "libai_ext.ConsistentBatchTrainer")
+    expect(not fixed.timed_out and fixed.failed_ranks() == [], f"plugin run failed: {fixed.log(0)[-2000:]}")
+    expect("batch check passed at iteration 1" in fixed.log(0), "the plugin run compared no batch")
+    return f"{stock_verdict}; plugin passed 2 checked iterations"
+
+
+# --- driver -----------------------------------------------------------------------------------
+
+def planned_checks(gpus):
+    generator_ranks = 2 if gpus >= 2 else 1
+    checks = [("masks", 1, lambda device, workdir: check_masks(device)), ("resume", 1, check_resume),
+              ("generators", generator_ranks,
+               lambda device, workdir: check_generators(device, workdir, generator_ranks))]
+    if gpus >= 2:
+        checks += [("pairing", 2, check_pairing), ("guard", 2, check_guard)]
+    return checks
+
+
+def run_checks(device, gpus, workdir):
+    """Run every check that ``gpus`` devices allow; returns rows ``(name, ranks, ok, detail, seconds)``."""
+    rows = []
+    _deadline[0] = time.monotonic() + TOTAL_BUDGET_S
+    for name, ranks, check in planned_checks(gpus):
+        start = time.monotonic()
+        try:
+            ok, detail = True, check(device, workdir)
+        except Exception as e:  # a failed check (or a failed job) is a row of the table, not the end
+            ok, detail = False, f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
+        rows.append((name, ranks, ok, detail, time.monotonic() - start))
+    return rows
+
+
+def format_table(rows, device):
+    lines = [f"| check | {device} ranks | result | detail | seconds |", "|---|---|---|---|---|"]
+    lines += [f"| {name} | {ranks} | {'PASS' if ok else 'FAIL'} | {detail} | {seconds:.0f} |"
+              for name, ranks, ok, detail, seconds in rows]
+    return "\n".join(lines)
+
+
+def visible_cuda_devices():
+    import oneflow as flow
+
+    return flow.cuda.device_count()
+
+
+def build_parser():
+    parser = ToolParser(description=DESCRIPTION, epilog=epilog(exit_codes=EXIT_CODES, examples=EXAMPLES))
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                        help="where the checks run: cuda (1 GPU runs masks and resume, 2 or more every check) "
+                             "or cpu (2 CPU ranks, every check: the code paths only) (default: %(default)s)")
+    parser.add_argument("--workdir", default="output", metavar="DIR",
+                        help="a fresh folder is made inside for the runs and their logs (default: %(default)s)")
+    parser.add_argument("--repo", default="", metavar="DIR",
+                        help="the libai_ext checkout whose configs/ and tests/rank_scripts/ the checks run "
+                             "(default: the one this package is installed from, else the working directory)")
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    if args.repo:
+        _checkout[0] = checkout_root(tuple(CHECKOUT_FILES.values()), start=args.repo, search_package=False)
+    if _checkout[0] is None:
+        print(f"gpu-check refused: no libai_ext checkout {('at ' + repr(args.repo)) if args.repo else 'found'} "
+              f"(it needs {', '.join(CHECKOUT_FILES.values())}); pass --repo. Nothing was run.", file=sys.stderr)
+        return NO_GPU_EXIT
+    if args.device == "cuda":
+        gpus = visible_cuda_devices()
+        if gpus == 0:
+            print("gpu-check refused: OneFlow sees no CUDA device (oneflow.cuda.device_count() == 0; check the "
+                  "driver and CUDA_VISIBLE_DEVICES). It needs 1 GPU, or 2 for the pairing and guard checks. "
+                  "Nothing was run.", file=sys.stderr)
+            return NO_GPU_EXIT
+    else:
+        gpus = 2  # CPU ranks: every check
+    os.makedirs(args.workdir, exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix="gpu_check-", dir=args.workdir)
+    rows = run_checks(args.device, gpus, workdir)
+    print(format_table(rows, args.device))
+    print(f"(logs under {workdir})")
+    if gpus < 2:
+        print("(1 GPU: pairing and guard need 2 and were not run)")
+    return 0 if rows and all(ok for _, _, ok, _, _ in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""``flow._C.fused_bias_add_gelu`` on CPU tensors (OneFlow 0.9.0, both LiBai lines).
+
+LiBai's ``MLP(bias_gelu_fusion=True)`` calls it, and LiBai's Swin hard-codes that fusion in every
+block; OneFlow 0.9.0 has no CPU kernel for it ("Cannot find the kernel matching ...
+fused_bias_add_gelu").  On CPU the same value is ``gelu(bias_add(x, bias, axis))`` (exact, erf
+GeLU, as the fused kernel computes), from CPU-capable ops with their own gradients; CUDA tensors
+keep OneFlow's fused kernel.  The choice is made per call from the input's device.
+"""
+import oneflow as flow
+
+from .cpu_layer_norm import runs_on_cpu
+from .patching import replace
+
+
+def composed_bias_add_gelu(x, bias, axis=1):
+    return flow.nn.functional.gelu(flow._C.bias_add(x, bias, axis=axis))
+
+
+def dispatching_bias_add_gelu(fused):
+    """A ``fused_bias_add_gelu`` that composes on CPU inputs and calls ``fused`` otherwise."""
+    def fused_bias_add_gelu(x, bias, axis=1):
+        if runs_on_cpu(x):
+            return composed_bias_add_gelu(x, bias, axis=axis)
+        return fused(x, bias, axis=axis)
+
+    fused_bias_add_gelu.fused = fused
+    return fused_bias_add_gelu
+
+
+def apply():
+    replace(flow._C, "fused_bias_add_gelu", dispatching_bias_add_gelu(flow._C.fused_bias_add_gelu),
+            "fused_bias_add_gelu has no CPU kernel in OneFlow 0.9.0 (LiBai's Swin hard-codes it)")

@@ -1,0 +1,94 @@
+"""LiBai's NLP pretraining API on both lines: one config file, the installed line's calls.
+
+What differs between LiBai 0.1.1 and main (each decided from the installed code's signatures):
+
+* model configs: ``GPTModel`` counts its layers as ``num_layers`` (0.1.1) or ``hidden_layers``
+  (main), and main's ``from_config`` also reads ``apply_residual_post_layernorm``;
+* datasets: main's ``GPT2Dataset`` / ``BertDataset`` take ``name``, ``max_num_samples`` (filled in
+  by main's loader builder) and ``seed`` (its document shuffle), 0.1.1's do not;
+* ``build_nlp_train_val_test_loader``: main splits by documents and needs the key
+  ``train_val_test_num_samples`` (main's trainer fills it in), 0.1.1 splits the samples;
+* the fused softmax of ``MultiheadAttention`` (``scale_mask_softmax_fusion``): main's drops out
+  inside the fused op (``fused_scale_mask_softmax_dropout``, which libai_ext routes to its
+  streams and runs on CPU), 0.1.1's calls ``fused_scale_mask_softmax``, with no dropout and no
+  CPU kernel.
+"""
+import inspect
+
+from libai.config import LazyCall
+from omegaconf import DictConfig
+
+# Arguments that only one line's classes take: given by a config, dropped where not taken.
+LINE_ONLY_FIELDS = frozenset({"name", "seed", "max_num_samples", "masking_style", "max_preds_per_seq",
+                              "apply_residual_post_layernorm"})
+LAYER_COUNT_NAMES = ("hidden_layers", "num_layers")
+
+
+def parameters(callable_):
+    """``{name: default or inspect.Parameter.empty}`` of a class's or function's parameters."""
+    target = callable_.__init__ if inspect.isclass(callable_) else callable_
+    return {name: p.default for name, p in inspect.signature(target).parameters.items()
+            if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+
+def _taken(callable_, fields):
+    """``fields`` that ``callable_`` takes; a field it does not take is an error unless it is one
+    of ``LINE_ONLY_FIELDS``."""
+    known = parameters(callable_)
+    unknown = sorted(set(fields) - set(known) - LINE_ONLY_FIELDS)
+    if unknown:
+        raise TypeError(f"{callable_.__module__}.{callable_.__qualname__} takes no {unknown} on this LiBai line")
+    return {k: v for k, v in fields.items() if k in known}
+
+
+def model_config(model_class, layers, wrapper_fields=None, **fields):
+    """The ``cfg`` of a LiBai ``@configurable`` model (``GPTModel``, ``BertModel``; pass it to
+    ``GPTForPreTraining(cfg=...)``): ``layers`` under the installed class's name for the layer
+    count, ``fields``, and the class's own defaults for every other argument its ``from_config``
+    reads (a config written for one line lacks the other line's new keys).  ``wrapper_fields``
+    are kept as given: keys that the pretraining wrapper reads itself (``BertForPreTraining``'s
+    ``add_binary_head``)."""
+    known = parameters(model_class)
+    layer_key = next((name for name in LAYER_COUNT_NAMES if name in known), None)
+    if layer_key is None:
+        raise TypeError(f"{model_class.__qualname__} takes none of {LAYER_COUNT_NAMES}")
+    taken = _taken(model_class, fields)
+    missing = sorted(k for k, v in known.items() if v is inspect.Parameter.empty and k not in taken and k != layer_key)
+    if missing:
+        raise TypeError(f"{model_class.__qualname__} needs {missing} (no default)")
+    defaults = {k: v for k, v in known.items() if v is not inspect.Parameter.empty}
+    return DictConfig({**defaults, **taken, **(wrapper_fields or {}), layer_key: layers})
+
+
+def layer_count(model_cfg):
+    """The layer count of a ``model_config`` result, whatever the line calls it."""
+    return next(model_cfg[name] for name in LAYER_COUNT_NAMES if name in model_cfg)
+
+
+def dataset(dataset_class, **fields):
+    """``LazyCall(dataset_class)`` with the fields the installed class takes (``name``, ``seed``...
+    only where it takes them).  The trainer sets ``tokenizer``; main's loader builder sets
+    ``indexed_dataset`` (instantiated from this config) and ``max_num_samples``."""
+    return LazyCall(dataset_class)(**_taken(dataset_class, fields))
+
+
+def train_val_test_loader(datasets, splits, weights=None, num_workers=0):
+    """``LazyCall(build_nlp_train_val_test_loader)`` for ``datasets`` split ``splits`` (one
+    ``[train, valid, test]`` ratio per dataset).  On main it carries the key
+    ``train_val_test_num_samples`` that main's trainer fills in (and requires)."""
+    from libai.data import build_nlp_train_val_test_loader
+
+    fields = dict(dataset=list(datasets), splits=[list(s) for s in splits],
+                  weights=list(weights) if weights is not None else [1.0] * len(datasets), num_workers=num_workers)
+    if "train_val_test_num_samples" in parameters(build_nlp_train_val_test_loader):
+        fields["train_val_test_num_samples"] = None  # main's trainer computes it from train_iter
+    return LazyCall(build_nlp_train_val_test_loader)(**fields)
+
+
+def softmax_fusion_drops_out():
+    """Whether ``MultiheadAttention``'s fused softmax (``scale_mask_softmax_fusion=True``) applies
+    the attention dropout inside the fused op (main) rather than calling a dropout-free fused
+    softmax that has no CPU kernel (0.1.1)."""
+    from libai.layers.attention import MultiheadAttention
+
+    return "fused_scale_mask_softmax_dropout" in inspect.getsource(MultiheadAttention.forward)

@@ -1,0 +1,80 @@
+"""The train loader over a ``GlobalOrderBatchSampler``: it knows which batch the trainer has reached.
+
+Three things a plain ``DataLoader`` does not do:
+
+* it starts reading at the first batch asked for, not when iterated.  LiBai's trainers call
+  ``iter(loader)`` in their constructor, before ``resume_or_load`` restores the data position
+  from the checkpoint; with workers, OneFlow's iterator would already have sent them the
+  indices of the old position;
+* ``delivered``: the position of the next batch handed to the trainer.  The sampler itself
+  runs ahead by the batches the workers prefetch, so its own position is not the trainer's;
+* each batch handed out carries its ``BatchPosition`` (epoch, optimizer step, micro-batch,
+  first global position), read with ``batch_position(batch)``.
+
+``restart_at(position)`` makes the next batch asked for the one at ``position`` (the workers,
+if running, are stopped and started again from there).
+"""
+from libai.data.structures import Instance
+from oneflow.utils.data import DataLoader
+
+_POSITION_ATTRIBUTE = "_batch_position"  # Instance keeps attributes starting with "_" out of its fields
+
+
+def already_collated(batch):
+    # The dataset (KeyedAugmentation) collates each batch itself, inside the batch's keyed streams.
+    return batch
+
+
+class GlobalOrderLoader(DataLoader):
+    """``DataLoader(dataset, sampler=global_order_sampler, batch_size=None, ...)``: each sampler item is a
+    batch, and ``dataset[batch]`` is the whole batch, already collated."""
+
+    def __init__(self, dataset, sampler, collate_fn=already_collated, **options):
+        super().__init__(dataset, sampler=sampler, batch_size=None, collate_fn=collate_fn, **options)
+        self.delivered = sampler.position
+        self._generation = 0
+
+    def __iter__(self):
+        return _Delivery(self)
+
+    def restart_at(self, position):
+        self.sampler.position = position
+        self.delivered = position
+        self._generation += 1
+
+
+class _Delivery:
+    """The trainer's iterator: starts the loader's own iterator on the first ``next``."""
+
+    def __init__(self, loader):
+        self.loader = loader
+        self._batches = None
+        self._generation = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        loader = self.loader
+        if self._generation != loader._generation:
+            self._stop_workers()
+            self._batches = DataLoader.__iter__(loader)
+            self._generation = loader._generation
+        data = next(self._batches)
+        where = loader.sampler.batch_position(loader.delivered)
+        loader.delivered = loader.sampler.advance(loader.delivered)
+        if isinstance(data, Instance):
+            setattr(data, _POSITION_ATTRIBUTE, where)
+        return data
+
+    def _stop_workers(self):
+        if hasattr(self._batches, "_shutdown_workers"):
+            self._batches._shutdown_workers()
+
+
+def batch_position(data):
+    """The ``BatchPosition`` of a batch the train loader handed out (a LiBai ``Instance``, or an object
+    holding one as ``.batch``, as stage-0-only loading's), or None (another loader, a placeholder)."""
+    if not isinstance(data, Instance):
+        data = getattr(data, "batch", None)
+    return vars(data).get(_POSITION_ATTRIBUTE) if isinstance(data, Instance) else None

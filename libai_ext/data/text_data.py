@@ -1,0 +1,280 @@
+"""Real text for LiBai's GPT-2 and BERT pretraining, built offline with LiBai's own preprocess tool.
+
+``ensure_text_data(root)`` writes, once, into ``root``:
+
+* ``corpus/documents.jsonl``: one ``{"text": ...}`` line per source document (``text_corpus``:
+  scikit-learn's dataset descriptions and CPython's reference documentation), its prose
+  paragraphs separated by blank lines; ``corpus/sentences.jsonl``: one line per sentence, in
+  the same order, with the number of the document it belongs to;
+* ``gpt2/vocab.json`` + ``gpt2/merges.txt`` (a byte-level BPE in GPT-2's format) and
+  ``bert/vocab.txt`` (a WordPiece vocabulary), trained on that corpus (``tokenizer_training``);
+* ``gpt2_text_document.{bin,idx}``: LiBai's ``tools/preprocess_data.py`` with ``GPT2Tokenizer``
+  over the documents (one indexed document per source document);
+* ``bert_text_sentence.{bin,idx}``: the same tool with ``BertTokenizer`` over the sentences,
+  then grouped back into their documents (see below);
+* ``MANIFEST.json``, written last: what was built, from what, with which settings.
+
+BERT's sentence pairs need documents of several sentences.  The tool makes them only with
+``--split-sentences``, which needs NLTK's Punkt model, downloaded at run time (no download
+here).  So the tool runs over one sentence per JSON line (each becomes a one-sentence document
+in its output), and ``group_into_documents`` then rewrites the index alone, with LiBai's own
+index writer: the same tokens, the sentence sizes unchanged, document boundaries back at the
+source documents.  LiBai's ``BertDataset`` then builds sentence pairs (``binary_head=True``).
+
+The tool is taken from a LiBai source tree or archive (``libai_source``; LiBai main's archive
+works with either installed LiBai line, and both write the same bytes), extracted to a
+temporary folder for the run and removed.  Building takes about half a minute, under a file
+lock so that the ranks of a launch wait for one builder; afterwards a call returns at once.
+"""
+import contextlib
+import fcntl
+import glob
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+
+import numpy as np
+
+from .text_corpus import corpus_digest, corpus_paragraphs, split_sentences
+from .tokenizer_training import train_byte_bpe, wordpiece_vocab, write_gpt2_files, write_wordpiece_vocab
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_ROOT = "./data/libai_text"
+MANIFEST = "MANIFEST.json"
+TOOL = "tools/preprocess_data.py"
+LIBAI_SOURCE_ENV = "LIBAI_MAIN_ARCHIVE"  # the Makefile's name for LiBai main's source archive
+# Set by oneflow.distributed.launch in each rank: a tool started from a rank with them would join
+# (and block) that rank's job when it imports OneFlow.
+LAUNCH_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")
+TOOL_TIMEOUT_S = 900
+# Vocabularies of 1024 (256 bytes + 767 merges + <|endoftext|>) and 2048 entries: LiBai pads the
+# vocabulary to a multiple of make_vocab_size_divisible_by x tensor-parallel size, so with 128
+# the model is the same for tp = 1, 2, 4 and 8 (another size would grow the embedding with tp).
+DEFAULT_SETTINGS = dict(bpe_merges=767, wordpiece_size=2048, max_chars=None)
+
+# What each configuration reads, relative to the root.
+FILES = {
+    "gpt2_vocab": "gpt2/vocab.json",
+    "gpt2_merges": "gpt2/merges.txt",
+    "bert_vocab": "bert/vocab.txt",
+    "gpt2_prefix": "gpt2_text_document",
+    "bert_prefix": "bert_text_sentence",
+    "documents": "corpus/documents.jsonl",
+    "sentences": "corpus/sentences.jsonl",
+}
+
+
+class TextDataError(RuntimeError):
+    """The text data cannot be built, or a folder holds something else."""
+
+
+def default_libai_source():
+    """LiBai main's source archive: ``$LIBAI_MAIN_ARCHIVE``, else where this repository's Makefile
+    expects it (``../shared/vendor/libai-main-*.tar.gz`` next to the repository); None if absent."""
+    if os.environ.get(LIBAI_SOURCE_ENV):
+        return os.environ[LIBAI_SOURCE_ENV]
+    repository = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    found = sorted(glob.glob(os.path.join(repository, "..", "shared", "vendor", "libai-main-*.tar.gz")))
+    return os.path.abspath(found[-1]) if found else None
+
+
+def resolve_libai_source(libai_source=None):
+    """The LiBai source folder or archive to take the tool from, or a clear error naming how to give one."""
+    source = libai_source or default_libai_source()
+    if not source or not os.path.exists(source):
+        raise TextDataError(
+            f"LiBai's {TOOL} is needed to build the text data, but no LiBai source was found "
+            f"(libai_source={libai_source!r}, ${LIBAI_SOURCE_ENV}={os.environ.get(LIBAI_SOURCE_ENV)!r}): pass a "
+            "LiBai source folder or archive (text_data.libai_source=... in a config, --libai-source to "
+            "tools/make_text_data.py)")
+    return source
+
+
+@contextlib.contextmanager
+def preprocess_tool(libai_source=None):
+    """The path of LiBai's ``tools/preprocess_data.py`` from a source folder or ``.tar.gz``
+    archive, extracted into a temporary folder removed on exit."""
+    source = resolve_libai_source(libai_source)
+    if os.path.isdir(source):
+        path = os.path.join(source, TOOL)
+        if not os.path.isfile(path):
+            raise TextDataError(f"{source} is not a LiBai source folder: it has no {TOOL}")
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="libai-tool-") as tmp, tarfile.open(source) as archive:
+        members = [m for m in archive.getmembers() if m.isfile() and m.name.endswith("/" + TOOL)]
+        if not members:
+            raise TextDataError(f"{source} holds no {TOOL}")
+        member = min(members, key=lambda m: m.name.count("/"))
+        member.name = os.path.join("libai", TOOL)  # no path of the archive's choosing
+        archive.extract(member, tmp)
+        yield os.path.join(tmp, member.name)
+
+
+def run_preprocess_tool(tool, input_path, output_prefix, tokenizer_args, python=None):
+    """Run LiBai's preprocess tool (``--dataset-impl mmap``, one worker) as a process of its own, outside
+    any launched job; returns the output prefix of its ``text`` key (``<output_prefix>_text_document``)."""
+    command = [python or sys.executable, tool, "--input", input_path, "--json-keys", "text",
+               "--output-prefix", output_prefix, "--dataset-impl", "mmap", "--workers", "1"] + tokenizer_args
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_ENV}
+    try:
+        done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                              timeout=TOOL_TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
+        raise TextDataError(f"LiBai's preprocess tool ran past {TOOL_TIMEOUT_S} s: {' '.join(command)}\n"
+                            f"{(e.stdout or '')[-3000:]}") from e
+    if done.returncode != 0:
+        raise TextDataError(f"LiBai's preprocess tool failed ({done.returncode}): {' '.join(command)}\n"
+                            f"{done.stdout[-3000:]}")
+    return f"{output_prefix}_text_document"
+
+
+def group_into_documents(prefix, document_sizes, out_prefix):
+    """Rewrite an indexed dataset whose documents are single sentences so that its documents are
+    ``document_sizes`` consecutive sentences each; the tokens (``.bin``) are copied unchanged."""
+    from libai.data.data_utils.indexed_dataset import MMapIndexedDataset
+
+    dataset = MMapIndexedDataset(prefix, skip_warmup=True)
+    dtype = MMapIndexedDataset.Index(prefix + ".idx", skip_warmup=True).dtype  # what the tool chose
+    sentences = len(dataset.sizes)
+    if sum(document_sizes) != sentences:
+        raise TextDataError(f"{prefix}: {sentences} sentences in the indexed dataset, but the documents "
+                            f"hold {sum(document_sizes)} (the tool dropped an empty one?)")
+    doc_idx = np.concatenate([[0], np.cumsum(document_sizes)]).astype(np.int64)
+    with MMapIndexedDataset.Index.writer(out_prefix + ".idx", dtype) as index:
+        index.write(np.asarray(dataset.sizes), doc_idx)
+    shutil.copyfile(prefix + ".bin", out_prefix + ".bin")
+    return out_prefix
+
+
+def _documents(paragraphs):
+    """``[(source, [paragraph, ...])]`` in corpus order."""
+    documents = []
+    for source, paragraph in paragraphs:
+        if not documents or documents[-1][0] != source:
+            documents.append((source, []))
+        documents[-1][1].append(paragraph)
+    return documents
+
+
+def _write_lines(path, rows):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def _build(folder, settings, libai_source, python):
+    paragraphs = corpus_paragraphs(max_chars=settings["max_chars"])
+    documents = _documents(paragraphs)
+    texts = ["\n\n".join(ps) for _, ps in documents]
+    sentences = [[s for p in ps for s in split_sentences(p)] for _, ps in documents]
+    _write_lines(os.path.join(folder, FILES["documents"]),
+                 ({"text": text, "source": source} for text, (source, _) in zip(texts, documents)))
+    _write_lines(os.path.join(folder, FILES["sentences"]),
+                 ({"text": s, "document": d} for d, doc in enumerate(sentences) for s in doc))
+
+    vocab, merges = train_byte_bpe(texts, settings["bpe_merges"])
+    write_gpt2_files(vocab, merges, os.path.join(folder, "gpt2"))
+    pieces = wordpiece_vocab(texts, settings["wordpiece_size"])
+    write_wordpiece_vocab(pieces, os.path.join(folder, "bert"))
+
+    path = lambda key: os.path.join(folder, FILES[key])  # noqa: E731
+    with preprocess_tool(libai_source) as tool:
+        run_preprocess_tool(tool, path("documents"), os.path.join(folder, "gpt2"), [
+            "--tokenizer-name", "GPT2Tokenizer", "--vocab-file", path("gpt2_vocab"),
+            "--merges-file", path("gpt2_merges")], python)
+        one_per_sentence = run_preprocess_tool(tool, path("sentences"), os.path.join(folder, "bert_single"), [
+            "--tokenizer-name", "BertTokenizer", "--vocab-file", path("bert_vocab"), "--do-lower-case"], python)
+    group_into_documents(one_per_sentence, [len(doc) for doc in sentences], path("bert_prefix"))
+    for suffix in (".bin", ".idx"):
+        os.remove(one_per_sentence + suffix)
+    return {
+        "sources": "scikit-learn's dataset descriptions and CPython's reference documentation",
+        "corpus_sha256_16": corpus_digest(paragraphs),
+        "documents": len(documents), "paragraphs": len(paragraphs),
+        "sentences": sum(len(doc) for doc in sentences), "characters": sum(len(p) for _, p in paragraphs),
+        "gpt2_vocab_size": len(vocab), "bpe_merges": len(merges), "wordpiece_size": len(pieces),
+        "settings": settings, "files": FILES,
+        "tool": f"{TOOL} of {os.path.basename(str(libai_source or default_libai_source()))}",
+    }
+
+
+def read_manifest(root):
+    path = os.path.join(root, MANIFEST)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _check_settings(root, manifest, settings):
+    if manifest["settings"] != settings:
+        raise TextDataError(f"{root} was built with {manifest['settings']}, not {settings}: remove it or use "
+                            "another root")
+
+
+@contextlib.contextmanager
+def _locked(root):
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, ".build.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def ensure_text_data(root=DEFAULT_ROOT, libai_source=None, python=None, **settings):
+    """Build the text data under ``root`` unless it is there; returns ``root``.
+
+    ``settings`` (``bpe_merges``, ``wordpiece_size``, ``max_chars``) default to
+    ``DEFAULT_SETTINGS``; a folder built with other settings is refused, never overwritten.
+    ``python`` runs LiBai's tool (default: this interpreter).
+    """
+    unknown = set(settings) - set(DEFAULT_SETTINGS)
+    if unknown:
+        raise TypeError(f"ensure_text_data: unknown settings {sorted(unknown)} (known: {sorted(DEFAULT_SETTINGS)})")
+    settings = {**DEFAULT_SETTINGS, **settings}
+    manifest = read_manifest(root)
+    if manifest is None:
+        with _locked(root):
+            manifest = read_manifest(root)  # another process may have built it while this one waited
+            if manifest is None:
+                logger.info(f"building LiBai text data under {root} (about half a minute, once)")
+                manifest = _build_into(root, settings, libai_source, python)
+    _check_settings(root, manifest, settings)
+    return root
+
+
+def _build_into(root, settings, libai_source, python):
+    resolve_libai_source(libai_source)  # before any work
+    leftovers = [name for name in os.listdir(root) if not name.startswith(".")]
+    if leftovers:
+        raise TextDataError(f"{root} holds {sorted(leftovers)[:5]} but no {MANIFEST}: not a text data folder "
+                            "(or an interrupted build); remove it or use another root")
+    tmp = tempfile.mkdtemp(prefix=".build-", dir=root)
+    try:
+        manifest = _build(tmp, settings, libai_source, python)
+        for name in os.listdir(tmp):
+            os.rename(os.path.join(tmp, name), os.path.join(root, name))
+        with open(os.path.join(root, MANIFEST), "w", encoding="utf-8") as f:  # last: marks a finished build
+            json.dump(manifest, f, indent=1)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return manifest
+
+
+def text_data_file(root=DEFAULT_ROOT, name="gpt2_vocab", libai_source=None):
+    """The path of one of ``FILES`` under ``root`` (an indexed dataset's prefix for
+    ``*_prefix``), building the data first if needed: what the configs' LazyCalls read."""
+    if name not in FILES:
+        raise KeyError(f"text data has no {name!r} (known: {sorted(FILES)})")
+    ensure_text_data(root, libai_source=libai_source)
+    return os.path.join(root, FILES[name])

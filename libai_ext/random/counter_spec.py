@@ -1,0 +1,76 @@
+"""The counter-based permutation of ``counter_rng``, written with bit operations (the specification).
+
+``counter_rng`` computes it with the int32 tensor ops OneFlow 0.9.0 has (no bitwise ops, no
+shifts); this module states the same function on unsigned 32-bit words, the way a reader checks
+it, and serves as the host's implementation (the keys of each call are hashed here: a handful
+of Python ints, cheaper than any device op).  ``tests/test_counter_rng.py`` checks that both
+give the same bits, and keeps known-answer vectors of this one.
+
+For keys ``(C, a, d1, d2, d3)`` (``C`` and every ``d`` odd) and a 64-bit index ``i``, with
+``lo = i mod 2**32`` and ``hi = i // 2**32``:
+
+    x = lo * C - a                              A: an odd multiplier and an offset
+    for j in 1, 2, 3:
+        x = rotl16(x) - 2**16 * msb(x)          R: the high half moves down
+        x = x * (2 * x - d_j)                   Q: a quadratic permutation (RC6's x(2x+1), keyed)
+        x = x - hi * HI_MULTIPLIERS[j - 1]      (only where hi > 0)
+
+all modulo 2**32.  Each step is a bijection of the 32-bit words:
+
+* A: ``C`` is odd, so it is invertible modulo 2**32;
+* R: the rotation by 16 is, and subtracting 2**16 * msb afterwards is undone by reading the
+  msb back from the low half (it is the old top bit, now bit 15);
+* Q: a polynomial ``a0 + a1 x + a2 x**2 + ...`` permutes the integers modulo 2**w iff ``a1`` is
+  odd, ``a2 + a4 + ...`` is even and ``a3 + a5 + ...`` is even (Rivest, "Permutation polynomials
+  modulo 2**w", 2001).  ``2x**2 - d x`` has ``a1 = -d`` odd and ``a2 = 2``: a permutation.  The
+  unkeyed ``x (x - a)`` (``a2 = 1``) is not: it maps ``x`` and ``a - x`` to one value.
+
+So for each key and each ``hi`` the map of ``lo`` is a permutation: within one call no two
+elements of a tensor under 2**32 elements share their bits, and index 0 goes wherever ``-a``
+leads, like any other.  ``R`` is what a T-function (every ``*``, ``-`` above) lacks: the low bits
+of a product depend on the low bits of its factors only; three rounds of ``R`` and ``Q`` pass the
+battery in ``tests/test_counter_rng.py`` on consecutive and strided indices alike.
+
+Everything here works on Python ints and on numpy ``uint64`` arrays (values kept below 2**32).
+"""
+MASK32 = 0xFFFFFFFF
+KEY_WORDS = 5
+# Odd constants (golden-ratio and murmur3 multipliers) folding an index's high word into the rounds.
+HI_MULTIPLIERS = (0x9E3779B1, 0x85EBCA6B, 0xC2B2AE35)
+
+
+def rotate_mix(x):
+    """R: ``rotl16(x) - 2**16 * msb(x)``."""
+    return (((x << 16) | (x >> 16)) - ((x >> 31) << 16)) & MASK32
+
+
+def quadratic(x, d):
+    """Q: ``x * (2x - d)``, ``d`` odd."""
+    return (x * ((2 * x - d) & MASK32)) & MASK32
+
+
+def permute(lo, keys, hi=0):
+    """The 32 random bits (unsigned) of index ``hi * 2**32 + lo`` under ``keys``."""
+    C, a, *ds = keys
+    x = (lo * C - a) & MASK32
+    for d, multiplier in zip(ds, HI_MULTIPLIERS):
+        x = quadratic(rotate_mix(x), d)
+        x = (x - hi * multiplier) & MASK32
+    return x
+
+
+def inverse_rotate_mix(y):
+    """R's inverse (tests use it to show R is a bijection)."""
+    msb = (y >> 15) & 1
+    x = (y + (msb << 16)) & MASK32
+    return ((x >> 16) | (x << 16)) & MASK32
+
+
+def to_signed(value):
+    """An unsigned 32-bit word as the signed int32 OneFlow's tensors hold."""
+    value &= MASK32
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def to_unsigned(value):
+    return value & MASK32

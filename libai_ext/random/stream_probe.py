@@ -1,0 +1,34 @@
+"""Which global random streams a call draws from: python ``random``, numpy's, OneFlow's CPU generator.
+
+``streams_drawn_by(fn, *args)`` runs ``fn`` once from freshly seeded streams and names each stream
+whose state moved; the caller's streams are put back afterwards.  One run sees the draws that
+run makes: a call that draws only sometimes (with some probability, on some inputs) can pass.
+"""
+import random
+
+import numpy as np
+import oneflow as flow
+
+from .sample_keys import preserved_streams
+
+_PROBE_SEED = 12345
+
+
+def _states():
+    numpy_state = np.random.get_state()
+    return {"python random": random.getstate(),
+            "numpy.random": (numpy_state[1].tobytes(), numpy_state[2:]),
+            "oneflow (CPU generator)": flow.default_generator.get_state().numpy().tobytes()}
+
+
+def streams_drawn_by(fn, *args):
+    """The names of the global streams ``fn(*args)`` draws from (empty if none)."""
+    with preserved_streams():
+        random.seed(_PROBE_SEED)
+        np.random.seed(_PROBE_SEED)
+        flow.default_generator.manual_seed(_PROBE_SEED)
+        before = _states()
+        fn(*args)
+        flow._oneflow_internal.eager.Sync()  # a queued draw advances the generator when it runs
+        after = _states()
+    return [name for name in before if before[name] != after[name]]

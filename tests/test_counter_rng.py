@@ -1,0 +1,354 @@
+"""The counter-based generator behind "layout_invariant" randomness: exact, a bijection, and random.
+
+* the int32-op implementation (``counter_rng``, what eager ranks and graphs run) gives exactly the
+  bits of the bit-operation specification (``counter_spec``): whole tensors, slices cut anywhere,
+  micro-batches of an accumulated step, indices past 2**32, keys from a step tensor;
+* each step is a bijection (``R`` has an exact inverse; ``Q`` is Rivest's permutation polynomial,
+  the old ``h * (h - a)`` is shown not to be one), so no two elements of a call share their bits,
+  and no index is a fixed point of every key;
+* statistics on >= 10**8 bits: frequency, runs, serial pairs, birthday spacings, per bit position,
+  on consecutive and strided indices and across calls; the drop rate of every position, index 0
+  included; no mirrored pairs.
+
+Known-answer vectors pin the function: a change to the generator must change them on purpose.
+The exhaustive check over all 2**32 indices of one key is in the long tier.
+"""
+import numpy as np
+import oneflow as flow
+import pytest
+from scipy import stats
+
+from libai_ext.random import counter_spec as spec
+from libai_ext.random.counter_rng import (
+    call_keys, counter_bits, derive_keys, keep_mask, keep_threshold, local_counter_bits, stream_keys, stream_words,
+)
+from libai_ext.random.global_index import StepRows
+
+KEYS = derive_keys(1234, "probe", 3)
+
+
+def spec_bits(indices, keys=KEYS):
+    """The specification's bits of ``indices`` (uint64 array, may exceed 2**32), as signed int32."""
+    indices = np.asarray(indices, dtype=np.uint64)
+    flat = indices.reshape(-1)  # (numpy scalars do not mix with Python ints in & as arrays do)
+    unsigned = [np.uint64(k & spec.MASK32) for k in keys]
+    out = spec.permute(flat & np.uint64(spec.MASK32), unsigned, flat >> np.uint64(32))
+    return ((out.astype(np.int64) + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32).reshape(indices.shape)
+
+
+def box_indices(shape, lo, hi):
+    flat = np.arange(int(np.prod(shape)), dtype=np.uint64).reshape(shape)
+    return flat[tuple(slice(a, b) for a, b in zip(lo, hi))]
+
+
+# ---- the tensor implementation is the specification -----------------------------------------------
+
+# (keys, index, bits): pinned from counter_spec; the second is worked by hand in the docstring of
+# test_known_answers.
+KNOWN_ANSWERS = [
+    ((1, 0, 1, 1, 1), 0, 0),
+    ((1, 0, 1, 1, 1), 1, 4294770688),
+    ((0x9E3779B1, 0x7F4A7C15, 0x85EBCA6B, 0xC2B2AE35, 0x27D4EB2F), 0, 2659806671),
+    ((0x9E3779B1, 0x7F4A7C15, 0x85EBCA6B, 0xC2B2AE35, 0x27D4EB2F), 12345, 192126343),
+    ((0x9E3779B1, 0x7F4A7C15, 0x85EBCA6B, 0xC2B2AE35, 0x27D4EB2F), 2 ** 32 - 1, 318600353),
+    ((0x9E3779B1, 0x7F4A7C15, 0x85EBCA6B, 0xC2B2AE35, 0x27D4EB2F), 2 ** 40 + 7, 3694414015),
+]
+
+
+@pytest.mark.parametrize("keys, index, expected", KNOWN_ANSWERS)
+def test_known_answers(keys, index, expected):
+    """Keys (1, 0, 1, 1, 1), index 1, by hand (mod 2**32): A gives 1; R: 0x10000; Q: 0x10000 *
+    0x1FFFF = 0xFFFF0000; R: 0xFFFF - 0x10000 = 0xFFFFFFFF (-1); Q: -1 * -3 = 3; R: 0x30000;
+    Q: 0x30000 * 0x5FFFF = -0x30000 = 4294770688."""
+    assert spec.permute(index % 2 ** 32, keys, index >> 32) == expected
+    signed = tuple(spec.to_signed(k) for k in keys)
+    if index < 2 ** 32:
+        got = local_counter_bits((2 ** 32,), (index,), (index + 1,), signed).numpy()[0]
+    else:
+        got = local_counter_bits((2 ** 41,), (index,), (index + 1,), signed).numpy()[0]
+    assert spec.to_unsigned(int(got)) == expected
+
+
+@pytest.mark.parametrize("shape", [(7,), (64, 12), (4, 5, 6, 7), ()])
+def test_whole_tensors_match_the_specification(shape):
+    got = counter_bits(shape, KEYS).numpy()
+    np.testing.assert_array_equal(got, spec_bits(np.arange(int(np.prod(shape))).reshape(shape)))
+
+
+@pytest.mark.parametrize("shape, lo, hi", [
+    ((64, 12), (1, 3), (3, 4)), ((64, 12), (0, 4), (64, 5)), ((4, 5, 6, 7), (1, 0, 2, 0), (3, 5, 3, 7)),
+    ((4, 5, 6, 7), (0, 2, 0, 0), (4, 3, 6, 7)), ((4, 5, 6, 7), (2, 0, 0, 0), (3, 5, 6, 7)),
+])
+def test_slices_match_the_specification(shape, lo, hi):
+    """What an eager rank computes for its shard, from local ops: the whole tensor's bits there."""
+    got = local_counter_bits(shape, lo, hi, KEYS).numpy()
+    np.testing.assert_array_equal(got, spec_bits(box_indices(shape, lo, hi)))
+
+
+@pytest.mark.parametrize("lo, hi", [((2 ** 20 - 3, 5), (2 ** 20, 9)), ((2 ** 19 + 7, 0), (2 ** 19 + 9, 2 ** 13))])
+def test_indices_past_two_to_the_32_match_the_specification(lo, hi):
+    """A global tensor of 2**33 elements (its shards small): the high word of the index counts."""
+    shape = (2 ** 20, 2 ** 13)
+    got = local_counter_bits(shape, lo, hi, KEYS).numpy()
+    rows = np.arange(lo[0], hi[0], dtype=np.uint64)[:, None] * np.uint64(shape[1])
+    expected = spec_bits(rows + np.arange(lo[1], hi[1], dtype=np.uint64)[None, :])
+    np.testing.assert_array_equal(got, expected)
+    low_only = spec_bits((rows + np.arange(lo[1], hi[1], dtype=np.uint64)[None, :]) & np.uint64(spec.MASK32))
+    assert not np.array_equal(got, low_only), "the high word changed nothing"
+
+
+def test_local_tensors_past_int32_arange_are_indexed_in_int64():
+    """OneFlow's int32 arange wraps at 2**31; a run that long is indexed in int64 (checked on a
+    slice whose run starts past 2**31 within a 1-D tensor)."""
+    shape = (2 ** 33,)
+    lo, hi = (2 ** 31 + 5,), (2 ** 31 + 70,)
+    np.testing.assert_array_equal(local_counter_bits(shape, lo, hi, KEYS).numpy(),
+                                  spec_bits(np.arange(lo[0], hi[0], dtype=np.uint64)))
+
+
+@pytest.mark.parametrize("acc, dp", [(2, 2), (4, 1), (3, 2)])
+def test_micro_batches_draw_their_part_of_the_step(acc, dp):
+    """Row i of micro-batch m on data-parallel rank r is position r*acc*s + m*s + i of the step:
+    its bits are those of 1 rank with the whole global batch (eager slices and graph ops alike)."""
+    rows_per_rank, cols = 3, 5
+    micro_rows = rows_per_rank * dp
+    whole = counter_bits((acc * micro_rows, cols), KEYS).numpy()
+    checked = 0
+    for m in range(acc):
+        expected = np.concatenate([whole[(r * acc + m) * rows_per_rank:(r * acc + m + 1) * rows_per_rank]
+                                   for r in range(dp)])
+        for r in range(dp):  # a data-parallel shard, eager
+            part = local_counter_bits((micro_rows, cols), (r * rows_per_rank, 0), ((r + 1) * rows_per_rank, cols),
+                                      KEYS, rows=StepRows(acc, m, dp)).numpy()
+            np.testing.assert_array_equal(part, expected[r * rows_per_rank:(r + 1) * rows_per_rank])
+            checked += 1
+        traced = counter_bits((micro_rows, cols), KEYS, rows=StepRows(acc, flow.tensor([m], dtype=flow.int32), dp))
+        np.testing.assert_array_equal(traced.numpy(), expected)
+        checked += 1
+    assert checked == acc * (dp + 1)
+
+
+def test_host_keys_equal_keys_from_a_step_tensor():
+    """Eager layers hash (step, call) on the host, graphs from an int32 step tensor."""
+    checked = 0
+    for step in (0, 1, 77, 2 ** 24 + 1, 2 ** 31 - 1):
+        for call in (0, 1, 9):
+            host = stream_keys(1234, "blocks.0.drop", step, call)
+            traced = call_keys(stream_words(1234, "blocks.0.drop"), flow.tensor([step], dtype=flow.int32), call)
+            assert host == tuple(int(k.item()) for k in traced), (step, call)
+            assert host[0] % 2 and all(d % 2 for d in host[2:]), "C and the d's must be odd"
+            checked += 1
+    assert checked == 15
+
+
+# ---- a bijection ------------------------------------------------------------------------------
+
+def edge_words():
+    """Every word where trunc and floor division disagree most: both sides of each multiple of
+    2**16, the whole block around 0, the extremes, and random words."""
+    multiples = np.arange(-2 ** 15, 2 ** 15, dtype=np.int64) * 2 ** 16
+    near = (multiples[:, None] + np.array([-1, 0, 1])[None, :]).ravel()
+    around_zero = np.arange(-2 ** 17, 2 ** 17)
+    extremes = np.array([-2 ** 31, -2 ** 31 + 1, 2 ** 31 - 1, 2 ** 31 - 2])
+    rand = np.random.default_rng(0).integers(-2 ** 31, 2 ** 31, 2 ** 20)
+    return np.unique(np.concatenate([near, around_zero, extremes, rand])) % 2 ** 32
+
+
+def test_rotate_mix_has_an_exact_inverse_and_matches_the_int32_ops():
+    from libai_ext.random.counter_rng import rotate_mix
+
+    words = edge_words().astype(np.uint64)
+    mixed = spec.rotate_mix(words)
+    np.testing.assert_array_equal(spec.inverse_rotate_mix(mixed), words)
+    signed = flow.tensor(((words.astype(np.int64) + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32))
+    np.testing.assert_array_equal(rotate_mix(signed).numpy().astype(np.int64) % 2 ** 32, mixed.astype(np.int64))
+
+
+def test_the_quadratic_is_a_permutation_and_the_old_round_is_not():
+    """Rivest's criterion, checked exhaustively on 16-bit words: x (2x - d) permutes them for odd d;
+    x (x - a), the previous generator's round, maps x and a - x to one value."""
+    x = np.arange(2 ** 16, dtype=np.int64)
+    for d in (1, 3, 0x8001, 0xFFFF):
+        assert len(np.unique(x * (2 * x - d) % 2 ** 16)) == 2 ** 16
+    for a in (1, 0x1234):
+        assert len(np.unique(x * (x - a) % 2 ** 16)) < 2 ** 16
+
+
+def test_no_two_elements_of_a_call_share_their_bits():
+    bits = counter_bits((2 ** 24,), KEYS).numpy()
+    assert len(np.unique(bits)) == 2 ** 24
+
+
+@pytest.mark.long
+def test_a_key_is_a_bijection_of_all_two_to_the_32_indices():
+    """Exhaustive, for one key: every 32-bit word is hit exactly once (4 GiB of flags; each chunk
+    sorted first, so the flags are written in order)."""
+    seen = np.zeros(2 ** 32, dtype=np.uint8)
+    chunk = 2 ** 26
+    for start in range(0, 2 ** 32, chunk):
+        bits = local_counter_bits((2 ** 32,), (start,), (start + chunk,), KEYS).numpy().view(np.uint32)
+        bits.sort()
+        seen[bits] = 1
+    assert int(seen.sum(dtype=np.int64)) == 2 ** 32
+
+
+# ---- random ----------------------------------------------------------------------------------------
+
+def battery(words):
+    """p-values (or |z| for the normal-scored ones) of a standard battery on 32-bit words."""
+    words = np.ascontiguousarray(words.astype(np.uint32))
+    bits = np.unpackbits(words.view(np.uint8))
+    n, ones = bits.size, int(bits.sum())
+    runs = 1 + int(np.count_nonzero(bits[1:] != bits[:-1]))
+    share = ones / n
+    by_position = np.unpackbits(words.view(np.uint8).reshape(-1, 4), axis=1).sum(0)
+    high = (words >> np.uint32(16)).astype(np.int64)
+    pairs = (high[:-1:2] >> 8) * 256 + (high[1::2] >> 8)
+    return {
+        "frequency |z|": abs(ones - n / 2) / np.sqrt(n / 4),
+        "runs |z|": abs(runs - 2 * n * share * (1 - share)) / (2 * np.sqrt(n) * share * (1 - share)),
+        "bit positions max |z|": float(np.max(np.abs(by_position - len(words) / 2) / np.sqrt(len(words) / 4))),
+        "16-bit values p": stats.chisquare(np.bincount(high, minlength=2 ** 16)).pvalue,
+        "serial byte pairs p": stats.chisquare(np.bincount(pairs, minlength=2 ** 16)).pvalue,
+        "birthday spacings p": birthday_spacings(words),
+    }
+
+
+def birthday_spacings(words, birthdays=512, days=2 ** 24):
+    """Marsaglia's test: duplicate spacings among 512 birthdays in a 2**24-day year ~ Poisson(2)."""
+    days_of = (words >> np.uint32(8)).astype(np.int64)
+    groups = len(days_of) // birthdays
+    sorted_days = np.sort(days_of[:groups * birthdays].reshape(groups, birthdays), axis=1)
+    spacings = np.sort(np.diff(sorted_days, axis=1), axis=1)
+    duplicates = np.count_nonzero(spacings[:, 1:] == spacings[:, :-1], axis=1)
+    expected_mean = birthdays ** 3 / (4 * days)
+    top = 8
+    observed = np.bincount(np.minimum(duplicates, top), minlength=top + 1)
+    expected = stats.poisson.pmf(np.arange(top + 1), expected_mean) * groups
+    expected[-1] = stats.poisson.sf(top - 1, expected_mean) * groups
+    return stats.chisquare(observed, expected).pvalue
+
+
+def assert_random(words, what):
+    results = battery(words)
+    for name, value in results.items():
+        if name.endswith("|z|"):
+            assert value < 5, f"{what}: {name} = {value:.2f}"
+        else:
+            assert value > 1e-5, f"{what}: {name} = {value:.3g}"
+    return results
+
+
+@pytest.mark.parametrize("stride", [1, 4, 2 ** 8, 2 ** 12])
+def test_battery_on_consecutive_and_strided_indices(stride):
+    """>= 10**8 bits per case (2**22 words): one call's elements along a row (stride 1), and down
+    a column of a matrix whose rows are 4 ... 4096 elements long."""
+    count = 2 ** 22 if stride < 2 ** 12 else 2 ** 20
+    indices = np.arange(count, dtype=np.uint64) * np.uint64(stride)
+    words = spec_bits(indices)
+    assert words.size * 32 >= (10 ** 8 if stride < 2 ** 12 else 3 * 10 ** 7)
+    assert_random(words, f"stride {stride}")
+
+
+def test_battery_across_calls_and_layers():
+    """Element 0 to 15 of 2**18 consecutive steps of one layer, and of 2**18 layers at one step."""
+    steps = [stream_keys(7, "blocks.0.drop", step) for step in range(2 ** 14)]
+    layers = [stream_keys(7, f"blocks.{layer}.drop", 0) for layer in range(2 ** 14)]
+    checked = 0
+    for what, keys in (("steps", steps), ("layers", layers)):
+        columns = [np.array(k, dtype=np.int64) & spec.MASK32 for k in zip(*keys)]
+        words = np.concatenate([spec.permute(np.full(len(keys), i, dtype=np.uint64),
+                                             [c.astype(np.uint64) for c in columns]) for i in range(16)])
+        assert_random(words, what)
+        checked += 1
+    assert checked == 2
+
+
+def test_every_position_drops_at_its_rate_index_0_included():
+    """Over 20,000 steps of one layer, each of 64 positions is dropped at p = 0.1 within 5 sigma
+    (the previous generator never dropped position 0: its hash fixed 0)."""
+    rate, steps, positions = 0.1, 20000, 64
+    keys = [stream_keys(7, "blocks.0.drop", step) for step in range(steps)]
+    columns = [np.array(k, dtype=np.int64) & spec.MASK32 for k in zip(*keys)]
+    dropped = np.stack([spec.permute(np.full(steps, i, dtype=np.uint64), [c.astype(np.uint64) for c in columns])
+                        for i in range(positions)])
+    signed = (dropped.astype(np.int64) + 2 ** 31) % 2 ** 32 - 2 ** 31
+    rates = (signed < keep_threshold(rate)).mean(axis=1)
+    z = (rates - rate) / np.sqrt(rate * (1 - rate) / steps)
+    assert len(z) == positions
+    assert np.abs(z).max() < 5, f"position {int(np.abs(z).argmax())} drops at {rates[np.abs(z).argmax()]:.4f}"
+
+
+def test_no_mirrored_pairs_in_a_call():
+    """Elements i and K - i of one call never share their bits (the old round h (h - a) made every
+    such pair equal for K = a / C)."""
+    count = 2 ** 20
+    bits = counter_bits((count,), KEYS).numpy()
+    checked = 0
+    for mirror in (count - 1, count // 2, 12345):
+        i = np.arange(1, mirror // 2)
+        assert np.count_nonzero(bits[i] == bits[mirror - i]) == 0
+        checked += 1
+    assert checked == 3
+
+
+def test_a_mask_keeps_at_its_rate_and_its_neighbours_are_independent():
+    mask = keep_mask((1000, 1000), 0.1, KEYS).numpy()
+    z = (1 - mask.mean() - 0.1) / np.sqrt(0.09 / mask.size)
+    assert abs(z) < 5
+    for a, b in ((mask[:, 1:], mask[:, :-1]), (mask[1:], mask[:-1])):
+        corr = np.corrcoef(a.ravel().astype(float), b.ravel().astype(float))[0, 1] * np.sqrt(a.size)
+        assert abs(corr) < 5
+
+
+# ---- the host kernel (eager CPU masks) ---------------------------------------------------------------
+
+def kernel():
+    from libai_ext.random import counter_rng
+
+    assert counter_rng._counter_kernel is not None, "the host kernel was not built (pip install -e . builds it)"
+    return counter_rng._counter_kernel
+
+
+@pytest.mark.parametrize("shape, lo, hi", [
+    ((7,), (0,), (7,)), ((64, 12), (1, 3), (3, 4)), ((4, 5, 6, 7), (1, 0, 2, 0), (3, 5, 3, 7)),
+    ((2 ** 20, 2 ** 13), (2 ** 20 - 3, 5), (2 ** 20, 9)),
+])
+def test_the_host_kernel_computes_the_specifications_bits(shape, lo, hi):
+    from libai_ext.random.global_index import slice_terms
+
+    out = np.empty([b - a for a, b in zip(lo, hi)], dtype=np.int32)
+    kernel().bits(out, slice_terms(shape, lo, hi), [k & spec.MASK32 for k in KEYS])
+    if np.prod(shape) < 2 ** 32:
+        expected = spec_bits(box_indices(shape, lo, hi))
+    else:
+        rows = np.arange(lo[0], hi[0], dtype=np.uint64)[:, None] * np.uint64(shape[1])
+        expected = spec_bits(rows + np.arange(lo[1], hi[1], dtype=np.uint64)[None, :])
+    np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("rows", [None, (2, 1, 2)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_host_masks_equal_the_int32_ops_masks(monkeypatch, rows, dtype):
+    """Eager CPU ranks draw with the host kernel, graphs and GPUs with int32 ops: one mask."""
+    from libai_ext.random import counter_rng
+
+    kernel()
+    dtype = getattr(flow, dtype)
+    rows = StepRows(*rows) if rows else None
+    shape, lo, hi = (8, 6, 5), (2, 1, 0), (6, 5, 5)
+    host = counter_rng.local_keep_mask(shape, lo, hi, KEYS, 0.3, 1 / 0.7, "cpu", dtype, rows)
+    monkeypatch.setattr(counter_rng, "_counter_kernel", None)
+    ops = counter_rng.local_keep_mask(shape, lo, hi, KEYS, 0.3, 1 / 0.7, "cpu", dtype, rows)
+    assert host.dtype == ops.dtype == dtype
+    np.testing.assert_array_equal(host.numpy(), ops.numpy())
+    assert 0 < np.count_nonzero(host.numpy()) < host.numpy().size
+
+
+def test_the_host_kernel_refuses_bad_buffers():
+    with pytest.raises(ValueError, match="float32 or float64 buffer of 6 elements"):
+        kernel().keep_mask(np.empty(5, np.float32), [np.arange(6, dtype=np.int64)], [1, 0, 1, 1, 1], 0, 1.0)
+    with pytest.raises(TypeError, match="int64"):
+        kernel().bits(np.empty(6, np.int32), [np.arange(6, dtype=np.int32)], [1, 0, 1, 1, 1])
+    with pytest.raises(ValueError, match=r"\(C, a, d1, d2, d3\)"):
+        kernel().bits(np.empty(6, np.int32), [np.arange(6, dtype=np.int64)], [1, 0, 1])

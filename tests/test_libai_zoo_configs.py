@@ -1,0 +1,75 @@
+"""configs/libai_{gpt2,bert,vit_digits,swin_digits}_cpu.py: LiBai's own models, every dropout and
+drop-path on, train with ConsistentBatchTrainer from the seed alone, on the installed LiBai line.
+
+One launch trains all four configs one after another in one process (tests/rank_scripts/
+libai_zoo_configs.py, through tools/train_net.py's own set-up).  The text data come from the
+session's ``libai_text_data`` build.
+"""
+import math
+import os
+
+import pytest
+from libai.config import LazyConfig
+
+from conftest import records_of_every_rank, rank_script
+from libai_ext.testing import launch
+
+CONFIGS = ("libai_gpt2_cpu", "libai_bert_cpu", "libai_vit_digits_cpu", "libai_swin_digits_cpu")
+# The largest rate of each kind of stochastic layer in each model: every dropout and drop-path on
+# (drop-path rises linearly over the blocks to its rate).
+EXPECTED_RATES = {"libai_gpt2_cpu": {"Dropout": 0.1}, "libai_bert_cpu": {"Dropout": 0.1},
+                  "libai_vit_digits_cpu": {"Dropout": 0.1, "DropPath": 0.2},
+                  "libai_swin_digits_cpu": {"Dropout": 0.1, "DropPath": 0.2}}
+
+
+def load(repo_root, name):
+    return LazyConfig.load(os.path.join(repo_root, "configs", f"{name}.py"))
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_config_reads_like_its_layout(repo_root, name):
+    cfg = load(repo_root, name)
+    assert cfg.train.trainer == "libai_ext.ConsistentBatchTrainer"
+    assert cfg.train.dist.pipeline_num_layers == 4  # one pipeline layer index per transformer block
+    for stage_count in (2, 4):
+        assert cfg.train.dist.pipeline_num_layers % stage_count == 0
+    if name in ("libai_gpt2_cpu", "libai_bert_cpu"):
+        assert cfg.text_data.root == "./data/libai_text"
+        assert cfg.model.cfg.bias_dropout_fusion and not cfg.model.cfg.bias_gelu_fusion
+        assert cfg.model.cfg.num_attention_heads % 2 == 0  # tensor parallel over 2 ranks
+    else:
+        assert cfg.train.train_micro_batch_size % 2 == 0 and cfg.dataloader.train.mixup_func is not None
+        assert cfg.model.drop_rate > 0 and cfg.model.attn_drop_rate > 0 and cfg.model.drop_path_rate > 0
+
+
+def run_configs(repo_root, tmp_path, text_data, nproc, pp, iters=2):
+    args = ["--repo", repo_root, "--configs", *CONFIGS, "--text-data", text_data, "--digits",
+            str(tmp_path / "digits"), "--out", str(tmp_path / "out"), "--iters", str(iters), "--pp", str(pp)]
+    result = launch(rank_script("libai_zoo_configs.py"), nproc, args, timeout=600, workdir=str(tmp_path / "logs"))
+    records = records_of_every_rank(result, count=len(CONFIGS))
+    return {rank: {r["config"]: r for r in recs} for rank, recs in records.items()}
+
+
+def test_each_config_trains_from_the_seed_with_every_dropout_converted(repo_root, tmp_path, libai_text_data):
+    by_config = run_configs(repo_root, tmp_path, libai_text_data, nproc=1, pp=1)[0]
+    assert sorted(by_config) == sorted(CONFIGS)
+    for name, record in by_config.items():
+        assert record["trainer"] == "ConsistentBatchTrainer"
+        assert len(record["losses"]) == 2 and all(math.isfinite(x) for x in record["losses"]), (name, record)
+        assert record["unconverted"] == [], name
+        largest = {}
+        for kind, rate in record["stochastic"].values():
+            largest[kind] = max(largest.get(kind, 0.0), rate)
+        assert largest == pytest.approx(EXPECTED_RATES[name]), (name, record["stochastic"])
+        dropouts = [rate for kind, rate in record["stochastic"].values() if kind == "Dropout"]
+        assert len(dropouts) >= 9 and min(dropouts) == pytest.approx(0.1), name  # none of them off
+
+
+@pytest.mark.long
+def test_each_config_splits_over_two_stages_and_follows_one_rank(repo_root, tmp_path, libai_text_data):
+    """pp2 puts each model's layers on both stages, and its losses follow the 1-rank run's."""
+    one = run_configs(repo_root, tmp_path / "one", libai_text_data, nproc=1, pp=1, iters=3)[0]
+    two = run_configs(repo_root, tmp_path / "two", libai_text_data, nproc=2, pp=2, iters=3)
+    for name in CONFIGS:
+        assert two[0][name]["placements"] == [[0], [1]] == two[1][name]["placements"], name
+        assert two[0][name]["losses"] == pytest.approx(one[name]["losses"], abs=1e-5), name
