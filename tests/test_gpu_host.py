@@ -10,8 +10,6 @@ with) is recorded too: the recording sees a call that reaches all 8 devices.
 In one process: "fast" masks from reused generators equal those of a fresh generator per call
 (the previous implementation), bit for bit, also with many calls queued asynchronously.
 """
-import hashlib
-
 import numpy as np
 import oneflow as flow
 import pytest
@@ -61,24 +59,30 @@ def test_keyed_augmentation_refuses_a_draw_on_the_gpu(ranks):
 
 # --- in one process ------------------------------------------------------------------------
 
-def fresh_generator_mask(x, rate, seed, stream, call):
-    """The previous "fast" implementation: a new generator for every call."""
-    digest = hashlib.blake2b(repr((seed, stream, call, ())).encode(), digest_size=8).digest()
-    generator = flow.Generator()
-    generator.manual_seed(int.from_bytes(digest, "little") >> 1)
-    return flow._C.dropout(x, rate, True, False, generator).numpy()
-
-
-def test_reused_generators_draw_the_masks_of_fresh_ones_even_with_calls_queued():
-    modes.set_layer_seed(1234, "fast")
+def fast_masks(x, calls, fresh_generators):
+    """``calls`` masks of one "fast" Dropout stream; with ``fresh_generators``, a new generator for
+    every call (the previous implementation), each mask read before the next call is made."""
     layer = Dropout(0.3, randomness="fast").train()
+    layer.stream = "reuse-check"
+    masks = []
+    for _ in range(calls):
+        if fresh_generators:
+            shard_rng._generators.clear()
+        masks.append(layer(x))
+        if fresh_generators:
+            masks[-1] = masks[-1].numpy()
+    return [mask if isinstance(mask, np.ndarray) else mask.numpy() for mask in masks]
+
+
+def test_reused_generators_draw_the_masks_of_fresh_ones_even_with_calls_queued(monkeypatch):
+    monkeypatch.setattr(shard_rng, "_generators", {})
+    modes.set_layer_seed(1234, "fast")
     x = flow.ones(600, 700)
-    # Queued back to back: OneFlow runs them asynchronously while the next call re-seeds the generator.
-    reused = [layer(x) for _ in range(6)]
-    reused = [mask.numpy() for mask in reused]
-    expected = [fresh_generator_mask(x, 0.3, 1234, layer.stream, call) for call in range(6)]
-    assert all(np.array_equal(a, b) for a, b in zip(reused, expected))
-    assert len({a.tobytes() for a in reused}) == 6
+    # Reused: the calls are queued back to back, OneFlow runs them while the next call re-seeds.
+    reused = fast_masks(x, 6, fresh_generators=False)
+    fresh = fast_masks(x, 6, fresh_generators=True)
+    assert all(np.array_equal(a, b) for a, b in zip(reused, fresh))
+    assert len({mask.tobytes() for mask in reused}) == 6
 
 
 def test_one_generator_per_device_and_stream(monkeypatch):
