@@ -17,14 +17,15 @@ LIBAI_MAIN_VENV ?= .venv-libai-main
 # The multi-rank core on LiBai main: compat branches, pairing with LiBai's real loader and sampler
 # shards, stage-0-only loading, seeding, stochastic layers, the batch guard, evaluation padding,
 # exact resume, the train_net swap, graph mode, the global batch mixup, layout invariance (every
-# layout from 1 rank to (2,2,2) on one loss trajectory), and LiBai's own GPT-2, BERT, ViT and Swin configs
-# (their text data built with LiBai's preprocess tool).
+# layout from 1 rank to (2,2,2) on one loss trajectory), LiBai's own GPT-2, BERT, ViT and Swin configs
+# (their text data built with LiBai's preprocess tool), committed checkpoints and the fault matrix.
 LIBAI_MAIN_TESTS ?= tests/test_compat.py tests/test_environment.py tests/test_batch_errors.py \
   tests/test_pairing.py tests/test_stage0_loading.py tests/test_seeding.py tests/test_stochastic.py \
   tests/test_batch_check.py tests/test_evaluation.py tests/test_resume.py tests/test_train_net.py \
   tests/test_graph.py tests/test_global_mixup.py tests/test_global_mixup_layouts.py \
   tests/test_layout_equivalence.py tests/test_text_data.py tests/test_compat_libai_zoo.py \
-  tests/test_libai_zoo_configs.py
+  tests/test_libai_zoo_configs.py tests/test_checkpoint_commit.py tests/test_checkpoint_faults.py \
+  tests/test_launcher_lifetime.py tests/test_gpu_host.py
 
 .PHONY: setup demo test test-all test-libai-main experiment benchmark clean-venv
 

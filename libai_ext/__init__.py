@@ -17,6 +17,7 @@ _EXPORTS = {
     "apply_cpu_patches": ".compat", "apply_patches": ".compat",
     "GlobalOrderBatchSampler": ".data", "KeyedAugmentation": ".data",
     "ConsistentBatchTrainer": ".engine", "GlobalMixup": ".engine", "mixup_step": ".engine",
+    "CheckpointDamaged": ".engine", "CommittedCheckpointer": ".engine", "die_with_launcher": ".engine",
     "seed_everything": ".engine", "seed_from_config": ".engine",
     "DropPath": ".layers", "Dropout": ".layers",
     "build_with_seeded_init": ".random", "recording_init": ".random", "reinitialize": ".random",

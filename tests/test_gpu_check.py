@@ -19,8 +19,10 @@ def test_refuses_clearly_where_oneflow_sees_no_gpu():
 
 
 def test_checks_planned_per_gpu_count():
-    assert [name for name, _, _ in gpu_check.planned_checks(1)] == ["masks", "resume"]
-    assert [name for name, _, _ in gpu_check.planned_checks(8)] == ["masks", "resume", "pairing", "guard"]
+    assert [(name, ranks) for name, ranks, _ in gpu_check.planned_checks(1)] == [
+        ("masks", 1), ("resume", 1), ("generators", 1)]
+    assert [(name, ranks) for name, ranks, _ in gpu_check.planned_checks(8)] == [
+        ("masks", 1), ("resume", 1), ("generators", 2), ("pairing", 2), ("guard", 2)]
 
 
 def test_bitwise_comparison_sees_one_flipped_bit():
@@ -46,6 +48,6 @@ def test_a_failing_check_is_a_failed_row_and_exit_code_1(monkeypatch, tmp_path, 
 def test_every_check_passes_on_cpu_ranks(tmp_path):
     """The same check functions as on GPUs, on CPU ranks (masks against CPU itself: the code path only)."""
     rows = gpu_check.run_checks("cpu", 2, str(tmp_path))
-    assert [row[0] for row in rows] == ["masks", "resume", "pairing", "guard"]
+    assert [row[0] for row in rows] == ["masks", "resume", "generators", "pairing", "guard"]
     failed = [row for row in rows if not row[2]]
     assert failed == [], gpu_check.format_table(rows, "cpu")

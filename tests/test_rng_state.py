@@ -1,9 +1,9 @@
 """Random state saved with checkpoints and around evaluation: python, numpy and every OneFlow generator.
 
-On this CPU host OneFlow has one generator (``cpu``).  The CUDA branch (one generator per
-device, reached through ``flow._oneflow_internal.default_generator("cuda:<i>")``) is
-exercised with the device count and the getter simulated: calling the real getter without
-a device aborts the process.
+On this CPU host OneFlow has one generator (``cpu``).  The CUDA branch (the generator of this
+rank's own device, reached through ``flow._oneflow_internal.default_generator("cuda:<i>")``)
+is exercised with the device count, the rank's device and the getter simulated: calling the
+real getter without a device aborts the process.
 """
 import logging
 import pickle
@@ -66,8 +66,12 @@ class SimulatedGenerator:
         self.state = (self.state + 1).astype(np.uint8)
 
 
+OWN_DEVICE = 1  # this process plays the rank of LOCAL_RANK 1 on a host with 4 GPUs
+
+
 @pytest.fixture
-def two_cuda_devices(monkeypatch):
+def four_cuda_devices(monkeypatch):
+    """A 4-GPU host seen from the rank whose device is cuda:1; every generator asked for is recorded."""
     simulated = {}
 
     def default_generator(device):
@@ -75,7 +79,8 @@ def two_cuda_devices(monkeypatch):
             raise AssertionError(f"unexpected generator request {device!r}")
         return simulated.setdefault(device, SimulatedGenerator(device))
 
-    monkeypatch.setattr(rng_state, "cuda_device_count", lambda: 2)
+    monkeypatch.setattr(flow.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(flow.cuda, "current_device", lambda: OWN_DEVICE)
     monkeypatch.setattr(flow._oneflow_internal, "default_generator", default_generator)
     return simulated
 
@@ -85,46 +90,64 @@ def test_cpu_host_has_only_the_cpu_generator():
     assert list(rng_state.oneflow_generators()) == ["cpu"]
 
 
-def test_cuda_host_saves_and_restores_every_device_generator(two_cuda_devices):
+def test_cuda_host_saves_and_restores_this_ranks_device_only(four_cuda_devices):
     generators = rng_state.oneflow_generators()
-    assert list(generators) == ["cpu", "cuda:0", "cuda:1"]
+    assert list(generators) == ["cpu", "cuda"]
     assert generators["cpu"] is flow.default_generator
     flow.manual_seed(4)
     state = rng_state.capture_rng_state()
-    assert sorted(state["oneflow"]) == ["cpu", "cuda:0", "cuda:1"]
-    saved = {name: two_cuda_devices[name].state.copy() for name in ("cuda:0", "cuda:1")}
-    for generator in two_cuda_devices.values():
-        generator.draw()
+    assert sorted(state["oneflow"]) == ["cpu", "cuda"]
+    own = four_cuda_devices[f"cuda:{OWN_DEVICE}"]
+    saved = own.state.copy()
+    own.draw()
     rng_state.restore_rng_state(state)
-    for name in ("cuda:0", "cuda:1"):
-        np.testing.assert_array_equal(two_cuda_devices[name].state, saved[name])
+    np.testing.assert_array_equal(own.state, saved)
+    assert sorted(four_cuda_devices) == [f"cuda:{OWN_DEVICE}"], "another rank's GPU was touched"
 
 
-def test_cuda_draws_are_preserved_around_evaluation(two_cuda_devices):
-    rng_state.oneflow_generators()  # the devices' generators exist, as after training steps
-    before = {name: g.state.copy() for name, g in two_cuda_devices.items()}
-    assert len(before) == 2
+def test_cuda_draws_are_preserved_around_evaluation(four_cuda_devices):
+    rng_state.oneflow_generators()  # this rank's device generator exists, as after training steps
+    own = four_cuda_devices[f"cuda:{OWN_DEVICE}"]
+    before = own.state.copy()
     with rng_state.preserved_rng_state():
-        for generator in two_cuda_devices.values():
-            generator.draw()
-    for name, state in before.items():
-        np.testing.assert_array_equal(two_cuda_devices[name].state, state)
+        own.draw()
+    np.testing.assert_array_equal(own.state, before)
+    assert sorted(four_cuda_devices) == [f"cuda:{OWN_DEVICE}"]
 
 
-def test_old_file_on_a_cuda_host_restores_cpu_and_names_what_it_cannot(two_cuda_devices, caplog):
+def test_every_device_file_of_libai_ext_0_1_restores_this_ranks_device(four_cuda_devices):
+    """libai_ext 0.1 saved every visible device under "cuda:<i>": the own device's entry is the one."""
+    flow.manual_seed(7)
+    saved = {"cpu": flow.get_rng_state().numpy()}
+    saved.update({f"cuda:{i}": np.full(16, i, dtype=np.uint8) for i in range(4)})
+    assert rng_state.restore_oneflow_state(saved) == ["cpu", "cuda"]
+    np.testing.assert_array_equal(four_cuda_devices[f"cuda:{OWN_DEVICE}"].state, np.full(16, OWN_DEVICE))
+    assert sorted(four_cuda_devices) == [f"cuda:{OWN_DEVICE}"]
+
+
+def test_old_file_on_a_cuda_host_restores_cpu_and_names_what_it_cannot(four_cuda_devices, caplog):
     flow.manual_seed(5)
     old = flow.get_rng_state().numpy()
     with caplog.at_level(logging.WARNING, logger=rng_state.__name__):
         restored = rng_state.restore_oneflow_state(old)
     assert restored == ["cpu"]
-    assert "cuda:0: not in the saved state" in caplog.text and "cuda:1: not in the saved state" in caplog.text
+    assert "cuda: not in the saved state" in caplog.text
 
 
 def test_state_saved_on_a_cuda_host_restores_on_a_cpu_host_with_a_warning(caplog):
     flow.manual_seed(6)
-    saved = {"cpu": flow.get_rng_state().numpy(), "cuda:0": np.zeros(16, dtype=np.uint8)}
+    saved = {"cpu": flow.get_rng_state().numpy(), "cuda": np.zeros(16, dtype=np.uint8)}
     first = flow.rand(4).numpy().tolist()
     with caplog.at_level(logging.WARNING, logger=rng_state.__name__):
         assert rng_state.restore_oneflow_state(saved) == ["cpu"]
     assert flow.rand(4).numpy().tolist() == first
-    assert "cuda:0: saved, but this process has no such device" in caplog.text
+    assert "cuda: saved, but this process has no such device" in caplog.text
+
+
+def test_a_truncated_random_state_file_is_named(tmp_path):
+    path = tmp_path / "model_0000004" / "libai_ext" / "rng_state" / "rank_1.pkl"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(pickle.dumps({"python": random.getstate()})[:40])
+    with pytest.raises(ValueError, match=r"the random state .*model_0000004/libai_ext/rng_state/rank_1\.pkl "
+                                         r"cannot be read"):
+        rng_state._read(str(path))

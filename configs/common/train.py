@@ -38,7 +38,9 @@ train = DictConfig(dict(
     zero_optimization=dict(enabled=False, stage=1),
     nccl_fusion_threshold_mb=16,
     nccl_fusion_max_ops=24,
-    checkpointer=dict(period=5000, max_to_keep=100),
+    # max_to_keep: periodic checkpoints kept (libai_ext deletes older ones once a newer one is committed);
+    # checksums: record and check a CRC-32 of every checkpoint file (sizes are always checked).
+    checkpointer=dict(period=5000, max_to_keep=100, checksums=True),
     test_micro_batch_size=32,
     evaluation=dict(
         enabled=True,

@@ -20,6 +20,11 @@ on 1 GPU:
            equal the CPU ones bit for bit;
   resume   configs/demo_pipeline_cpu.py trains on 1 CUDA rank, and a run stopped after iteration
            K-1 and resumed repeats the uninterrupted run's raw per-iteration losses exactly;
+  generators  on each rank (1, or 2 where there are 2 GPUs), seeding, random-state capture and
+           restore, keyed augmentation and "fast" dropout touch only the rank's own GPU, "fast"
+           dropout creates one generator per (device, stream) however many calls, and a random
+           draw on the GPU inside keyed augmentation is refused (every generator creation and
+           GPU call recorded);
 on 2 GPUs or more, also:
   pairing  pp2 get_batch keeps images and mixed-up labels paired with ConsistentBatchTrainer,
            and breaks them with stock LiBai 0.1.1's DefaultTrainer (the bug is seen);
@@ -49,7 +54,9 @@ EXAMPLES = (
 )
 
 CHECKOUT_FILES = {"demo": os.path.join("configs", "demo_pipeline_cpu.py"),
-                  "pairing": os.path.join("tests", "rank_scripts", "pairing.py")}
+                  "pairing": os.path.join("tests", "rank_scripts", "pairing.py"),
+                  "gpu_host": os.path.join("tests", "rank_scripts", "gpu_host.py")}
+SIMULATED_GPUS = 8  # --device cpu: the generators check runs in a simulated 8-GPU host
 TRAIN_NET = module_target("libai_ext.cli.train_net")
 LAUNCH_TIMEOUT = 240  # one job; a GPU job of these takes well under a minute
 TOTAL_BUDGET_S = 540  # the whole check stays under 10 minutes, start-up included
@@ -166,6 +173,32 @@ def check_resume(device, workdir):
     return f"iterations {RESUME_K}-{2 * RESUME_K - 1}: {len(tail)} resumed losses equal bit for bit"
 
 
+def check_generators(device, workdir, nproc):
+    """Per rank: one generator per (device, stream), and no GPU touched but the rank's own."""
+    from ..testing import launch
+
+    args = [] if device == "cuda" else ["--simulated-gpus", SIMULATED_GPUS]
+    result = launch(checkout_file("gpu_host"), nproc, args, timeout=job_timeout(), device=device,
+                    workdir=os.path.join(workdir, "generators-logs"))
+    for rank in range(nproc):
+        record = result.record(rank)
+        own, phases = record["own_device"], record["phases"]
+        for phase in ("seeding", "rng_state", "keyed_streams", "fast_dropout"):
+            expect(phases[phase]["devices"] == [own], f"rank {rank}: {phase} touched GPUs {phases[phase]['devices']}, "
+                                                      f"its own is {own}")
+        created = phases["fast_dropout"]["created"]
+        expect(created == {"cpu": record["streams"], f"cuda:{own}": record["streams"]},
+               f"rank {rank}: {record['dropout_calls']} fast dropout calls on {record['streams']} streams created "
+               f"generators {created}")
+        expect(phases["manual_seed_all"]["devices"] == list(range(record["gpus"])),
+               f"rank {rank}: the recording did not see flow.cuda.manual_seed_all reach all {record['gpus']} GPUs")
+        expect(record["keyed_gpu_refusal"] is not None, f"rank {rank}: a GPU draw inside keyed augmentation "
+                                                        "went unnoticed")
+    host = "" if device == "cuda" else f" (simulated {SIMULATED_GPUS}-GPU host)"
+    return (f"{nproc} ranks{host}: each touched its own GPU only; {record['dropout_calls']} fast dropouts created "
+            f"{record['streams']} generators per device; GPU draw in keyed augmentation refused")
+
+
 def stock_keeps_pairs_on_pp2(mixup):
     """What stock LiBai does at dp=1 x pp2: 0.1.1 breaks pairs with mixup only (every stage reads the same
     samples); main takes every field from stage 0 (LiBai #255) and keeps them."""
@@ -231,7 +264,10 @@ def check_guard(device, workdir):
 # --- driver -----------------------------------------------------------------------------------
 
 def planned_checks(gpus):
-    checks = [("masks", 1, lambda device, workdir: check_masks(device)), ("resume", 1, check_resume)]
+    generator_ranks = 2 if gpus >= 2 else 1
+    checks = [("masks", 1, lambda device, workdir: check_masks(device)), ("resume", 1, check_resume),
+              ("generators", generator_ranks,
+               lambda device, workdir: check_generators(device, workdir, generator_ranks))]
     if gpus >= 2:
         checks += [("pairing", 2, check_pairing), ("guard", 2, check_guard)]
     return checks

@@ -1,15 +1,22 @@
 from .batch import consistent_batch
+from .checkpoint import CommittedCheckpointer, CommittedPeriodicCheckpointer
+from .checkpoint_files import CheckpointDamaged
 from .global_mixup import GlobalMixup, mixup_step
 from .graph import GraphBase
+from .launcher_lifetime import die_with_launcher
 from ..compat.layout import placement_data_parallel_rank
 from ..random import seed_everything, seed_from_config
 from .trainer import ConsistentBatchTrainer
 
 __all__ = [
+    "CheckpointDamaged",
+    "CommittedCheckpointer",
+    "CommittedPeriodicCheckpointer",
     "ConsistentBatchTrainer",
     "GlobalMixup",
     "GraphBase",
     "consistent_batch",
+    "die_with_launcher",
     "mixup_step",
     "placement_data_parallel_rank",
     "seed_everything",

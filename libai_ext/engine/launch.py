@@ -24,6 +24,7 @@ from ..compat import apply_patches, fill_missing_config_keys
 from .batch_check import BATCH_CHECK_MODES, install_batch_check
 from .graph import check_graph_options
 from .hooks import RawLossWriter
+from .launcher_lifetime import die_with_launcher
 from ..random import DEFAULT_RANDOMNESS, check_randomness
 from ..random.seeding import check_scope, check_seed, seed_from_config
 
@@ -96,6 +97,7 @@ def write_run_info(cfg, trainer_cls, wall_time_s, results):
 
 def setup(args):
     """Load and check the config, then set up every rank: patches, LiBai's setup, logging, seeds."""
+    tied_to_launcher = die_with_launcher()
     cfg = load_config(args)
     trainer_cls = check_config(cfg)
     fill_missing_config_keys(cfg)  # before default_setup, which reads train.dist.device_type on main
@@ -104,6 +106,8 @@ def setup(args):
     setup_logger(cfg.train.output_dir, distributed_rank=dist.get_rank(), name="libai_ext")
     # In every rank's log (log.txt, log.txt.rank<r>): proof that LiBai's start-up passed here.
     logger.info(f"{SETUP_DONE} on rank {dist.get_rank()}")
+    if tied_to_launcher:
+        logger.info(f"rank {dist.get_rank()} ends with its launcher (prctl PR_SET_PDEATHSIG)")
     seed_from_config(cfg)
     return cfg, trainer_cls
 

@@ -8,14 +8,138 @@ layout (OneFlow's global random draws differ between 1 rank and tp2), so two lay
 ``load_checkpoint_or_weights`` states the rule LiBai documents, on every LiBai line:
 resume everything from the last checkpoint when asked and one exists, otherwise load the
 model weights of ``train.load_weight`` if it is set.
+
+Which checkpoint is "the last" (``choose_resume_checkpoint``): the newest committed, intact one
+(``libai_ext.engine.checkpoint``), each one passed over named in a warning with the reason;
+``--resume`` with none says so, as stock LiBai does.
 """
 import logging
 import os
 import shutil
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
 
 from libai.config import try_get_key
 
+from .agreement import agree_on, barrier
+from .checkpoint import LAST_CHECKPOINT, checkpoint_problems
+from .checkpoint_files import (
+    CheckpointDamaged, is_retired, is_staging, numbered_iteration, read_manifest, write_text_atomically,
+)
+
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ResumeChoice:
+    """What ``--resume`` found in an output folder (``scan_for_resume``)."""
+
+    pointer: Optional[str] = None  # what last_checkpoint named
+    chosen: Optional[str] = None  # the checkpoint to resume; None: train from scratch
+    unverified: bool = False  # chosen has no commit record (stock LiBai, libai_ext 0.1)
+    skipped: List[Tuple[str, str]] = field(default_factory=list)  # (folder name, why)
+    leftovers: List[str] = field(default_factory=list)  # interrupted saves and deletions, to remove
+    refusal: Optional[str] = None  # every checkpoint there is damaged
+
+
+def scan_for_resume(output_dir, *, checksums):
+    """The checkpoint ``--resume`` takes in ``output_dir``, and each one it passes over, with why.
+
+    ``last_checkpoint``'s checkpoint if it is committed and intact (it always names the newest
+    commit, unless someone pointed it elsewhere); otherwise the newest committed, intact one.
+    Folders without a commit record (stock LiBai's) are considered only where no checkpoint has
+    one, checked against their tensor files' own metadata.
+    """
+    choice = ResumeChoice(pointer=_read_pointer(output_dir))
+    names = sorted(n for n in os.listdir(output_dir) if os.path.isdir(os.path.join(output_dir, n))) \
+        if os.path.isdir(output_dir) else []
+    choice.leftovers = [n for n in names if is_staging(n) or is_retired(n)]
+    choice.skipped = [(n, "its save was interrupted before the commit") for n in names if is_staging(n)]
+    committed, legacy, unreadable = [], [], {}
+    for name in names:
+        folder = os.path.join(output_dir, name)
+        if is_staging(name) or is_retired(name):
+            continue
+        try:
+            manifest = read_manifest(folder)
+        except CheckpointDamaged as e:
+            unreadable[name] = e.problems
+            committed.append((-1, 0, name))
+            continue
+        if manifest is not None:
+            iteration = manifest.get("iteration")
+            committed.append((iteration if isinstance(iteration, int) else -1, numbered_iteration(name) is not None,
+                              name))
+        elif os.path.isdir(os.path.join(folder, "model")):
+            iteration = numbered_iteration(name)
+            legacy.append((-1 if iteration is None else iteration, True, name))
+    candidates = [name for _, _, name in sorted(committed or legacy, reverse=True)]
+    if choice.pointer is not None:
+        if choice.pointer in names and not is_staging(choice.pointer) and not is_retired(choice.pointer):
+            candidates = [choice.pointer] + [n for n in candidates if n != choice.pointer]
+        else:
+            choice.skipped.append((choice.pointer, f"{LAST_CHECKPOINT} names it, but there is no such folder"))
+    damaged = []
+    for name in candidates:
+        problems = unreadable.get(name) or checkpoint_problems(os.path.join(output_dir, name), checksums=checksums)
+        if not problems:
+            choice.chosen = name
+            choice.unverified = all(name != n for _, _, n in committed)
+            break
+        damaged.append(name)
+        choice.skipped.append((name, "damaged: " + "; ".join(problems)))
+    if choice.chosen is None and damaged:
+        choice.refusal = (f"--resume: no checkpoint in {output_dir} can be resumed: "
+                          + " | ".join(f"{name}: {why}" for name, why in choice.skipped if name in damaged)
+                          + ". Repair or remove them, or train without --resume.")
+    return choice
+
+
+def choose_resume_checkpoint(cfg):
+    """Under ``--resume``, point ``last_checkpoint`` at the checkpoint to resume before LiBai reads it.
+
+    Rank 0 scans (``scan_for_resume``); every rank logs each checkpoint passed over with the
+    reason, and raises the same error when every checkpoint there is damaged.  Interrupted saves
+    are removed.  Call on every rank before the trainer is built; returns the ``ResumeChoice``.
+    """
+    if not try_get_key(cfg, "train.resume", default=False):
+        return None
+    output_dir = cfg.train.output_dir
+    checksums = try_get_key(cfg, "train.checkpointer.checksums", default=True)
+    choice = agree_on(0, lambda: scan_for_resume(output_dir, checksums=checksums))
+    for name, reason in choice.skipped:
+        logger.warning(f"--resume: skipping {os.path.join(output_dir, name)}: {reason}")
+    if choice.refusal:
+        raise RuntimeError(choice.refusal)
+    if choice.chosen is None:
+        logger.warning(f"--resume: no checkpoint found in {output_dir}: training from scratch")
+    elif choice.unverified:
+        logger.warning(f"--resume: {os.path.join(output_dir, choice.chosen)} has no commit record (written by stock "
+                       "LiBai or libai_ext 0.1): only its tensor files' sizes were checked")
+    if choice.chosen is not None and choice.chosen != choice.pointer:
+        logger.warning(f"--resume: resuming {os.path.join(output_dir, choice.chosen)}, the newest intact checkpoint "
+                       f"({LAST_CHECKPOINT} named {choice.pointer})")
+    agree_on(0, lambda: _apply(output_dir, choice))
+    barrier()
+    return choice
+
+
+def _apply(output_dir, choice):
+    pointer = os.path.join(output_dir, LAST_CHECKPOINT)
+    if choice.chosen is not None and choice.chosen != choice.pointer:
+        write_text_atomically(pointer, choice.chosen)
+    elif choice.chosen is None and os.path.exists(pointer):
+        os.remove(pointer)  # it names nothing that can be resumed: LiBai must not read it
+    for name in choice.leftovers:
+        shutil.rmtree(os.path.join(output_dir, name), ignore_errors=True)
+
+
+def _read_pointer(output_dir):
+    try:
+        with open(os.path.join(output_dir, LAST_CHECKPOINT)) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
 
 
 def load_checkpoint_or_weights(trainer, resume):

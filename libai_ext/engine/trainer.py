@@ -12,14 +12,15 @@ from ..compat import fill_missing_config_keys, get_batch_api
 from ..compat.layout import placement_data_parallel_rank
 from ..data.position import KEY as DATA_POSITION
 from ..layers import convert_stochastic_layers, name_stochastic_layers, stochastic_ops
-from ..random import (DEFAULT_RANDOMNESS, RNGStateCheckpointer, preserved_rng_state, recording_init, reinitialize,
-                      watch_late_parameters)
+from ..random import DEFAULT_RANDOMNESS, preserved_rng_state, recording_init, reinitialize, watch_late_parameters
 from ..random.audit import audit_stochastic_ops
 from ..random.draws import drawing_step
 from .batch import consistent_batch
+from .checkpoint import use_committed_checkpoints, with_committed_retention
 from .config_checks import recording_layer_indices, warn_on_pipeline_layer_mismatch
 from .global_loader import layout_invariant, order_train_loaders, use_global_test_order, wants_global_order
-from .resume import continue_finished_run, load_checkpoint_or_weights
+from .launcher_lifetime import die_with_launcher
+from .resume import choose_resume_checkpoint, continue_finished_run, load_checkpoint_or_weights
 from .stage0_loading import Stage0Batch, Stage0OnlyLoader
 from .step_batches import StepBatchLoader, StepMicroBatch
 from .step_schedule import per_optimizer_step, step_scheduler
@@ -105,6 +106,9 @@ class ConsistentBatchTrainer(DefaultTrainer):
     is saved in checkpoints: a resume with another global batch continues at the next sample
     (or, with LiBai's sampler, is refused).
 
+    Checkpoints commit atomically (``libai_ext.engine.checkpoint``): a save killed at any point
+    leaves the last committed checkpoint resumable, and ``--resume`` takes the newest intact one.
+
     Randomness: checkpoints also hold every rank's python/numpy/OneFlow state, so
     ``--resume`` continues the exact random streams; evaluation runs inside a saved and
     restored random state, so it never shifts training's streams; stochastic layers of
@@ -127,13 +131,14 @@ class ConsistentBatchTrainer(DefaultTrainer):
     """
 
     def __init__(self, cfg):
+        die_with_launcher()
         fill_missing_config_keys(cfg)  # a config written for LiBai 0.1.1 also runs on main
+        choose_resume_checkpoint(cfg)
         continue_finished_run(cfg)
         super().__init__(cfg)
 
     def resume_or_load(self, resume=True):
-        if not isinstance(self.checkpointer, RNGStateCheckpointer):
-            self.checkpointer = RNGStateCheckpointer.wrapping(self.checkpointer)
+        use_committed_checkpoints(self)
         position = getattr(self.train_loader, "data_position", None)  # saved with, and restored from, checkpoints
         if position is not None:
             self.checkpointer.checkpointables[DATA_POSITION] = position
@@ -239,7 +244,7 @@ class ConsistentBatchTrainer(DefaultTrainer):
         return super().build_lr_scheduler(cfg, optimizer)
 
     def build_hooks(self):
-        hooks = super().build_hooks()
+        hooks = with_committed_retention(super().build_hooks(), self.cfg)
         accumulation = eager_accumulation(self.cfg)
         return per_optimizer_step(hooks, accumulation) if accumulation > 1 else hooks
 

@@ -33,7 +33,7 @@ from ..random import draws, modes
 from ..random.counter_rng import (
     call_keys, keep_mask, local_keep_mask, shard_box, stream_keys, stream_words,
 )
-from ..random.shard_rng import shard_coordinates, shard_generator
+from ..random.shard_rng import local_device, shard_coordinates, shard_generator
 from . import graph_calls
 
 logger = logging.getLogger(__name__)
@@ -126,7 +126,7 @@ class _CounterStream(nn.Module):
 
     def _drop_native(self, x, draw, mask_shape, mask_sbp):
         coordinates = shard_coordinates(x.placement, mask_sbp or x.sbp) if x.is_global else ()
-        generator = shard_generator(modes.layer_seed(), self.stream, draw, coordinates)
+        generator = shard_generator(local_device(x), modes.layer_seed(), self.stream, draw, coordinates)
         partial = x.is_global and flow.sbp.partial_sum in x.sbp
         if mask_shape is None and not partial and self.scale * (1.0 - self.rate) == 1.0:  # the fused kernel, on x
             return _native_dropout(x, self.rate, True, False, generator)

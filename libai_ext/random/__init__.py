@@ -4,6 +4,7 @@
 * ``seeding``: python, numpy and OneFlow seeded per ``train.seed_scope`` before the trainer exists;
 * ``counter_rng``: layout-invariant bits, a hash of (seed, stream, counter, global position);
 * ``shard_rng``: OneFlow generators seeded per shard (the "fast" mode);
+* ``devices``: the one CUDA device a rank seeds, saves and restores (its own);
 * ``rng_state``: the per-rank generator state saved with checkpoints;
 * ``init_recipes`` / ``init_derivations`` / ``param_init``: initial weights from the seed and names
   alone (copies and exact derivations follow their source);

@@ -11,7 +11,10 @@ the sampler position comes from LiBai's ``consumed_samples``.
 OneFlow 0.9.0 keeps one default generator per device: ``flow.default_generator`` (CPU,
 what ``flow.get_rng_state`` reads) and one per CUDA device, reached only through
 ``flow._oneflow_internal.default_generator("cuda:<i>")`` (0.9.0 has no
-``flow.cuda.get_rng_state``).  All of them are saved and restored, keyed by device name.
+``flow.cuda.get_rng_state``).  A rank draws on the CPU and on its own CUDA device only
+(``devices``): those two are saved and restored, under ``"cpu"`` and ``"cuda"``; the other
+GPUs of the host are never touched.  Files of libai_ext 0.1 (every device under ``"cuda:<i>"``)
+restore this rank's device from its own entry.
 
 Resuming under another layout (``(2, 2, 2)`` -> 1 rank, 1 rank -> ``tp2``): per-rank files
 cannot follow, there is no rank ``r`` of the old layout for every new rank.  Under
@@ -36,31 +39,30 @@ from libai.utils.checkpoint import Checkpointer
 
 from ..compat.layout import parallel_layout
 from . import modes
+from .devices import cuda_device_count, own_cuda_device  # noqa: F401  (cuda_device_count: public API)
 
 logger = logging.getLogger(__name__)
 
 
-def cuda_device_count():
-    """CUDA devices this process can use (0 on CPU hosts and under ``CUDA_VISIBLE_DEVICES=""``).
-
-    Asked of the devices, not of ``flow.cuda.is_available()``: a CUDA generator getter aborts
-    the process (a C++ check, not an exception) where no device exists.
-    """
-    return flow.cuda.device_count()
-
-
-def oneflow_generators(cuda_devices=None):
-    """``{"cpu": generator, "cuda:<i>": generator, ...}``: every OneFlow generator that can draw here.
-
-    ``cuda_devices`` (default: ``cuda_device_count()``) is a parameter so that the CUDA branch
-    can be unit-tested on a CPU host.  Each visible device is included, as
-    ``flow.cuda.manual_seed_all`` seeds them all.
-    """
-    count = cuda_device_count() if cuda_devices is None else cuda_devices
+def oneflow_generators():
+    """``{"cpu": generator, "cuda": generator}``: the OneFlow generators this rank draws from
+    (``"cuda"``: its own device's, on a CUDA host only)."""
     generators = {"cpu": flow.default_generator}
-    for index in range(count):
-        generators[f"cuda:{index}"] = flow._oneflow_internal.default_generator(f"cuda:{index}")
+    device = own_cuda_device()
+    if device is not None:
+        generators["cuda"] = flow._oneflow_internal.default_generator(f"cuda:{device}")
     return generators
+
+
+def _own_entries(saved):
+    """``saved`` keyed "cpu"/"cuda"; a libai_ext 0.1 file's "cuda:<i>" entries give this rank's device."""
+    if isinstance(saved, np.ndarray):  # libai_ext 0.1.0: the CPU generator only
+        return {"cpu": saved}
+    entries = {name: state for name, state in saved.items() if not name.startswith("cuda:")}
+    device = own_cuda_device()
+    if "cuda" not in entries and device is not None and f"cuda:{device}" in saved:
+        entries["cuda"] = saved[f"cuda:{device}"]
+    return entries
 
 
 def capture_oneflow_state(generators=None):
@@ -76,8 +78,7 @@ def restore_oneflow_state(saved, generators=None):
     A generator saved but absent here, or present but not saved, is named in a warning:
     its draws will not repeat the saved run's.
     """
-    if isinstance(saved, np.ndarray):
-        saved = {"cpu": saved}
+    saved = _own_entries(saved)
     generators = oneflow_generators() if generators is None else generators
     _finish_queued_draws()
     for name in sorted(set(saved) & set(generators)):
@@ -131,10 +132,16 @@ class RNGStateCheckpointer(Checkpointer):
 
     def save(self, name, **kwargs):
         super().save(name, **kwargs)
+        self.save_random_state(name)
+
+    def save_random_state(self, name):
+        """Write this rank's random state for checkpoint ``name`` (after LiBai wrote the rest)."""
         path = self.rng_state_file(name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:
             pickle.dump(dict(capture_rng_state(), layout=parallel_layout()), f)
+            f.flush()
+            os.fsync(f.fileno())
 
     def load(self, path, checkpointables=None):
         extra = super().load(path, checkpointables)
@@ -167,5 +174,12 @@ class RNGStateCheckpointer(Checkpointer):
 
 
 def _read(state_file):
-    with open(state_file, "rb") as f:
-        return pickle.load(f)
+    try:
+        with open(state_file, "rb") as f:
+            state = pickle.load(f)
+    except Exception as e:  # a truncated or overwritten file: say which one
+        raise ValueError(f"rank {flow.env.get_rank()}: the random state {state_file} cannot be read "
+                         f"({type(e).__name__}: {e})") from None
+    if not isinstance(state, dict) or "python" not in state:
+        raise ValueError(f"rank {flow.env.get_rank()}: {state_file} holds no random state")
+    return state

@@ -26,6 +26,9 @@ import random
 
 import numpy as np
 import oneflow as flow
+from oneflow.utils.data import get_worker_info
+
+from .devices import own_cuda_device, own_cuda_generator
 
 from . import oneflow_draws
 from .index_shuffle import IndexShuffle
@@ -96,16 +99,27 @@ def _seed_three(python_seed, numpy_seed, oneflow_seed):
     flow.default_generator.manual_seed(oneflow_seed)
 
 
+class KeyedDrawOnGPU(RuntimeError):
+    """A dataset drew from a CUDA generator inside keyed augmentation, which keys host streams only."""
+
+
 @contextlib.contextmanager
 def preserved_streams():
     """The caller's python, numpy and OneFlow CPU streams, put back on leaving.
 
-    Only the CPU generator: the keyed streams never touch a CUDA one (and loader workers,
-    forked, must not).  OneFlow's state costs milliseconds to read and write, so callers
-    wrap a whole batch, not each sample.
+    Draws on the GPU are refused, not keyed: re-seeding this rank's CUDA generator per sample
+    would make OneFlow wait for the device at every sample, and putting the caller's CUDA stream
+    back relies on OneFlow 0.9.0's CUDA generator state, which may not hold every offset its
+    kernels advance.  So where this process can draw on CUDA (a CUDA host, outside loader workers,
+    which cannot use CUDA), this rank's CUDA generator state is read on entry and compared on
+    leaving (two device synchronisations per batch): a dataset that drew from it raises
+    ``KeyedDrawOnGPU``.  OneFlow's state costs milliseconds to read and write, so callers wrap a
+    whole batch, not each sample.
     """
     _finish_queued_draws()
     saved = random.getstate(), np.random.get_state(), flow.default_generator.get_state()
+    cuda = _own_cuda_generator_in_reach()
+    cuda_before = None if cuda is None else cuda.get_state().numpy()
     try:
         yield
     finally:
@@ -113,6 +127,19 @@ def preserved_streams():
         random.setstate(saved[0])
         np.random.set_state(saved[1])
         flow.default_generator.set_state(saved[2])
+    if cuda_before is not None and not np.array_equal(cuda.get_state().numpy(), cuda_before):
+        raise KeyedDrawOnGPU(
+            f"the dataset drew random numbers on cuda:{own_cuda_device()} during keyed augmentation, which keys "
+            "python, numpy and OneFlow's CPU generator only (its GPU draws would differ between ranks and runs): "
+            "draw the dataset's augmentation on the CPU")
+
+
+def _own_cuda_generator_in_reach():
+    """This rank's CUDA generator where a dataset could draw from it; None on CPU hosts and in loader
+    workers (forked processes, where OneFlow does not use CUDA)."""
+    if get_worker_info() is not None:
+        return None
+    return own_cuda_generator()
 
 
 @contextlib.contextmanager

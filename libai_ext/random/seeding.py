@@ -20,7 +20,7 @@ import oneflow as flow
 
 from ..compat.layout import placement_data_parallel_rank
 from .modes import DEFAULT_RANDOMNESS, check_randomness, set_layer_seed
-from .rng_state import cuda_device_count
+from .devices import seed_own_cuda_device
 
 _SEED_LIMIT = 2 ** 32  # numpy's legacy RandomState accepts seeds in [0, 2**32)
 SEED_SCOPES = ("global", "data_parallel", "rank")
@@ -55,7 +55,7 @@ def scoped_seed(seed, scope):
 
 
 def seed_everything(seed, scope="global", randomness=DEFAULT_RANDOMNESS):
-    """Seed python, numpy and OneFlow (CPU and CUDA) on this rank and set the stochastic
+    """Seed python, numpy and OneFlow (CPU and this rank's CUDA device) and set the stochastic
     layers' seed and mode; returns the seed used here.
 
     Call it on every rank, before building the model and data loaders.
@@ -66,10 +66,8 @@ def seed_everything(seed, scope="global", randomness=DEFAULT_RANDOMNESS):
     random.seed(local_seed)
     np.random.seed(local_seed)
     flow.manual_seed(local_seed)
-    # Asked of the devices: with CUDA "available" but no device (e.g. CUDA_VISIBLE_DEVICES="")
-    # seeding the CUDA generators aborts the process.
-    if cuda_device_count() > 0:
-        flow.cuda.manual_seed_all(local_seed)
+    # This rank's GPU only (flow.cuda.manual_seed_all would open every GPU of the host from every rank).
+    seed_own_cuda_device(local_seed)
     set_layer_seed(seed, randomness)
     return local_seed
 

@@ -9,13 +9,29 @@ makes the native kernel SBP-correct at native speed, with no communication:
   the same mask;
 * ranks on different ``S`` coordinates hold different shards: different seeds.
 
-Masks are reproducible on the same layout; unlike ``counter_rng``, they change with it.
+Masks are reproducible on the same layout, device type and, on CUDA, GPU model (OneFlow's CUDA
+kernels size their launch grid by the SM count); unlike ``counter_rng``, they change with the layout.
+
+Generators: one per (device, stream) on each rank, created at the stream's first call and
+re-seeded at every call, never one per call.  A CUDA generator allocates device memory for its
+curand states when created and frees it when dropped (``cudaFree`` waits for the device): a
+generator per call paid both on every dropout.  Re-seeding a shared generator is safe under
+OneFlow 0.9.0's asynchronous eager execution, where a kernel reads its generator only when it
+runs: ``Generator.manual_seed`` first waits until every op this rank queued has run
+(``Generator::set_current_seed`` synchronises OneFlow's virtual machine, and a CUDA generator's
+also its device), so a queued dropout never sees the next call's seed.  Each call's mask stays a
+pure function of (seed, stream, call, shard): a resumed run draws the same masks from the call
+counters its checkpoint holds, with no generator state to save.
 """
 import functools
 import hashlib
 
 import numpy as np
 import oneflow as flow
+
+from .devices import own_cuda_device
+
+_generators = {}  # (device, stream) -> flow.Generator, this process's
 
 
 def shard_coordinates(placement, sbp):
@@ -37,13 +53,25 @@ def _rank_coordinates(placement):
     return tuple(int(c) for c in where[0]) if len(where) else None
 
 
-def shard_generator(*words):
-    """A fresh generator seeded from ``words`` (seed, stream, call, shard coordinates).
+def local_device(x):
+    """The device of this rank's part of ``x``: ``"cpu"`` or ``"cuda:<i>"`` (a global CUDA tensor's
+    part lives on this rank's own device)."""
+    if x.is_global:
+        return "cpu" if x.placement.type == "cpu" else f"cuda:{own_cuda_device()}"
+    device = x.device
+    return "cpu" if device.type == "cpu" else f"{device.type}:{device.index}"
 
-    Fresh per call: OneFlow's eager kernels run asynchronously and read their generator
-    when they execute, so re-seeding a shared one could race with the previous call.
+
+def shard_generator(device, seed, stream, call, coordinates):
+    """This rank's generator of ``stream`` on ``device``, seeded for one call.
+
+    The seed is a hash of (seed, stream, call, shard coordinates).  The generator is created at
+    the stream's first call on ``device`` and re-seeded at each later one.
     """
-    digest = hashlib.blake2b(repr(words).encode(), digest_size=8).digest()
-    generator = flow.Generator()  # "auto": the device of whatever tensor it draws for
+    key = (device, stream)
+    generator = _generators.get(key)
+    if generator is None:
+        generator = _generators[key] = flow.Generator(device=device)
+    digest = hashlib.blake2b(repr((seed, stream, call, coordinates)).encode(), digest_size=8).digest()
     generator.manual_seed(int.from_bytes(digest, "little") >> 1)
     return generator

@@ -1,0 +1,56 @@
+"""Each rank ends with the ``oneflow.distributed.launch`` that started it.
+
+When a rank fails, OneFlow 0.9.0's launcher stops the others with ``os.killpg(os.getpid(), ...)``:
+that reaches them only if the launcher leads its process group.  Started under ``timeout``
+(``make demo``), a batch script or a supervisor, it does not (``timeout`` leads the group), the
+``killpg`` finds no such group, the launcher exits, and the surviving ranks run on, blocked in
+a collective, until OneFlow's own peer check ends them 1-12 s later, or never.
+
+``die_with_launcher()`` asks the kernel (``prctl(PR_SET_PDEATHSIG)``) to send this rank SIGKILL
+the moment its parent, the launcher, ends, however it ends.  Applied only when the parent is
+OneFlow's launcher (a rank started by hand or by another supervisor is left alone), on Linux.
+``LIBAI_EXT_DIE_WITH_LAUNCHER=0`` turns it off.
+"""
+import ctypes
+import ctypes.util
+import logging
+import os
+import signal
+import sys
+
+logger = logging.getLogger(__name__)
+PR_SET_PDEATHSIG = 1
+DISABLE_ENV = "LIBAI_EXT_DIE_WITH_LAUNCHER"
+LAUNCHER_MODULE = "oneflow.distributed.launch"
+
+
+def is_oneflow_launcher(pid):
+    """True when process ``pid`` runs ``python -m oneflow.distributed.launch`` (or its file)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return False
+    launcher_file = os.path.join("oneflow", "distributed", "launch.py")
+    return LAUNCHER_MODULE in argv or any(arg.endswith(launcher_file) for arg in argv)
+
+
+def die_with_launcher():
+    """Arrange for this process to be killed when its launcher ends; True if arranged.
+
+    Idempotent.  A no-op (False) off Linux, when the parent is not OneFlow's launcher, or with
+    ``LIBAI_EXT_DIE_WITH_LAUNCHER=0``.
+    """
+    if os.environ.get(DISABLE_ENV, "1") == "0" or not sys.platform.startswith("linux"):
+        return False
+    parent = os.getppid()
+    if not is_oneflow_launcher(parent):
+        return False
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        errno = ctypes.get_errno()
+        logger.warning(f"prctl(PR_SET_PDEATHSIG) failed ({os.strerror(errno)}): this rank may outlive its launcher")
+        return False
+    if os.getppid() != parent:  # the launcher ended before the request took effect
+        os.kill(os.getpid(), signal.SIGKILL)
+    return True

@@ -1,0 +1,34 @@
+"""Rank 0 fails once every other rank is up; the others sleep, in no collective, until something ends them.
+
+    outlive_launcher.py READY_DIR
+
+Without ``die_with_launcher`` nothing ends the sleepers when the launcher exits: OneFlow's
+launcher stops its ranks with ``killpg`` on its own process group, which under ``timeout`` it does
+not lead.  The module is loaded from its file, without importing OneFlow: a rank that imported
+OneFlow would also be ended by OneFlow's peer check, at some point, which would hide whether
+anything else ends it.
+"""
+import importlib.util
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_spec = importlib.util.spec_from_file_location(
+    "launcher_lifetime", os.path.join(ROOT, "libai_ext", "engine", "launcher_lifetime.py"))
+launcher_lifetime = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(launcher_lifetime)
+die_with_launcher = launcher_lifetime.die_with_launcher
+
+ready_dir = sys.argv[1]
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+arranged = die_with_launcher()
+print(f"rank {rank}: dies with its launcher: {arranged}", flush=True)
+if rank != 0:
+    open(os.path.join(ready_dir, f"rank{rank}"), "w").close()
+    time.sleep(600)
+deadline = time.monotonic() + 120
+while len(os.listdir(ready_dir)) < world - 1 and time.monotonic() < deadline:
+    time.sleep(0.05)
+print("rank 0 failing on purpose", flush=True)
+sys.exit(3)
