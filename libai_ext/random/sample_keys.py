@@ -76,15 +76,16 @@ def _finish_queued_draws(only_after_draws=False):
     _draws_seen = count
 
 
-def seed_streams(seed, epoch, index):
-    """Seed python, numpy's global stream and OneFlow's CPU generator for one sample."""
-    _seed_three(*sample_seeds(seed, epoch, index))
+def seed_streams(seed, epoch, index, oneflow=True):
+    """Seed python, numpy's global stream and (``oneflow``) OneFlow's CPU generator for one sample."""
+    _seed_three(*sample_seeds(seed, epoch, index), oneflow=oneflow)
 
 
-def seed_batch_streams(seed, epoch, step, first_position):
+def seed_batch_streams(seed, epoch, step, first_position, oneflow=True):
     """Seed the three streams for the ``collate_fn`` of one batch: this rank's batch that starts at
     ``first_position`` of the global batch of ``step``."""
-    _seed_three(*_three_seeds(_digest(("collate", int(seed), int(epoch), int(step), int(first_position)))))
+    _seed_three(*_three_seeds(_digest(("collate", int(seed), int(epoch), int(step), int(first_position)))),
+                oneflow=oneflow)
 
 
 def owned_generator_seed(seed, epoch, index, path):
@@ -92,11 +93,12 @@ def owned_generator_seed(seed, epoch, index, path):
     return int.from_bytes(_digest(("owned", int(seed), int(epoch), int(index), str(path)))[:8], "little") >> 1
 
 
-def _seed_three(python_seed, numpy_seed, oneflow_seed):
-    _finish_queued_draws(only_after_draws=True)  # the previous sample's draws are its own
+def _seed_three(python_seed, numpy_seed, oneflow_seed, oneflow=True):
     random.seed(python_seed)
     np.random.seed(numpy_seed)
-    flow.default_generator.manual_seed(oneflow_seed)
+    if oneflow:
+        _finish_queued_draws(only_after_draws=True)  # the previous sample's draws are its own
+        flow.default_generator.manual_seed(oneflow_seed)
 
 
 class KeyedDrawOnGPU(RuntimeError):
@@ -104,8 +106,12 @@ class KeyedDrawOnGPU(RuntimeError):
 
 
 @contextlib.contextmanager
-def preserved_streams():
-    """The caller's python, numpy and OneFlow CPU streams, put back on leaving.
+def preserved_streams(oneflow=True):
+    """The caller's python, numpy and (``oneflow``) OneFlow CPU streams, put back on leaving.
+
+    ``oneflow=False`` for batches that draw nothing from OneFlow (``data.KeyedAugmentation`` learns
+    which): OneFlow's state is then neither read nor written, and nothing waits for its queued
+    kernels, so the batch is read while the previous training step still runs.
 
     Draws on the GPU are refused, not keyed: re-seeding this rank's CUDA generator per sample
     would make OneFlow wait for the device at every sample, and putting the caller's CUDA stream
@@ -116,17 +122,20 @@ def preserved_streams():
     ``KeyedDrawOnGPU``.  OneFlow's state costs milliseconds to read and write, so callers wrap a
     whole batch, not each sample.
     """
-    _finish_queued_draws()
-    saved = random.getstate(), np.random.get_state(), flow.default_generator.get_state()
-    cuda = _own_cuda_generator_in_reach()
+    saved = random.getstate(), np.random.get_state()
+    if oneflow:
+        _finish_queued_draws()
+        saved_oneflow = flow.default_generator.get_state()
+    cuda = _own_cuda_generator_in_reach() if oneflow else None
     cuda_before = None if cuda is None else cuda.get_state().numpy()
     try:
         yield
     finally:
-        _finish_queued_draws()
         random.setstate(saved[0])
         np.random.set_state(saved[1])
-        flow.default_generator.set_state(saved[2])
+        if oneflow:
+            _finish_queued_draws()
+            flow.default_generator.set_state(saved_oneflow)
     if cuda_before is not None and not np.array_equal(cuda.get_state().numpy(), cuda_before):
         raise KeyedDrawOnGPU(
             f"the dataset drew random numbers on cuda:{own_cuda_device()} during keyed augmentation, which keys "
