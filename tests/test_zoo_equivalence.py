@@ -10,9 +10,11 @@ layout, and compares each layout's per-iteration raw loss with 1 rank's:
 * data parallelism, one global batch (dp2, dp2 x pp2, (2, 2, 2)): within 1e-4 (their all-reduces
   add in another order).
 
-``make test`` runs three of the layouts for 2 iterations; the long tier runs all six for 3, and
-stock LiBai, which the tool flags on the same models (its dropout draws the same pattern on every
-rank, from a generator ``train.seed`` does not reach).  The 20-iteration tables are in
+``make test`` runs two of the layouts for 2 iterations; the long tier runs all six for 3, and
+stock LiBai's GPT-2 and BERT, which the tool flags: its initial weights depend on the layout and
+its sampler gives data-parallel ranks other samples (stock has no CPU kernel for the fused
+dropouts, which libai_ext routes: its text models run with the fusions off here, and its Swin,
+which hard-codes them, cannot run on CPU).  The 20-iteration tables are in
 docs/zoo_equivalence.md.
 """
 import contextlib
@@ -46,9 +48,9 @@ def data_folder(tmp_path_factory):
     os.chdir(previous)
 
 
-def run_tool(work, layouts, iters, *overrides):
+def run_tool(work, layouts, iters, *overrides, configs=CONFIGS):
     """``(status, {config: {layout: max relative difference}}, output)`` of one tool run."""
-    argv = ["--config-file", *[os.path.join(ROOT, "configs", f"{name}.py") for name in CONFIGS],
+    argv = ["--config-file", *[os.path.join(ROOT, "configs", f"{name}.py") for name in configs],
             "--layouts", "1", *layouts, "--iters", str(iters), "--rtol", str(DATA_PARALLEL_RTOL),
             "--timeout", "1200", "--workdir", str(work / "runs"), *overrides]
     out = io.StringIO()
@@ -59,14 +61,14 @@ def run_tool(work, layouts, iters, *overrides):
     tables, config = {}, None
     for line in text.splitlines():
         name = line.split(":", 1)[0]
-        if name in CONFIGS:
+        if name in configs:
             config = name
             tables[config] = {}
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if config and line.startswith("| ") and cells[0] in layouts:
             tables[config][cells[0]] = float(cells[2])
-    assert sorted(tables) == sorted(CONFIGS), text
-    for config in CONFIGS:
+    assert sorted(tables) == sorted(configs), text
+    for config in configs:
         assert sorted(tables[config]) == sorted(layouts), (config, text)
     return status, tables, text
 
@@ -95,10 +97,12 @@ def test_every_layout_follows_one_rank(matrix, config, layout):
 
 
 @pytest.mark.long
-def test_the_tool_flags_stock_libai_on_the_same_models(tmp_path):
-    status, tables, text = run_tool(tmp_path, ["tp2", "dp2"], 2, "train.trainer=libai.engine.DefaultTrainer")
+def test_the_tool_flags_stock_libai_on_the_text_models(tmp_path):
+    text_models = ["libai_gpt2_cpu", "libai_bert_cpu"]
+    status, tables, text = run_tool(tmp_path, ["tp2", "dp2"], 2, "train.trainer=libai.engine.DefaultTrainer",
+                                    "model.cfg.bias_dropout_fusion=False", "model.cfg.scale_mask_softmax_fusion=False",
+                                    configs=text_models)
     assert status == tool.EXIT_DIFFER, text
-    flagged = [(config, layout) for config in CONFIGS for layout in ("tp2", "dp2")
-               if tables[config][layout] > tolerance(layout)]
-    # Every model has dropout on every layer: stock draws one pattern on every rank.
-    assert len(flagged) >= 6, (flagged, text)
+    for config in text_models:
+        for layout in ("tp2", "dp2"):
+            assert tables[config][layout] > tolerance(layout), (config, layout, text)
