@@ -14,18 +14,21 @@ PYTEST_ARGS ?= --durations=25
 # LiBai main (0.2.0) at commit 9dcbe3b, from its source archive, in a venv of its own.
 LIBAI_MAIN_ARCHIVE ?= ../shared/vendor/libai-main-9dcbe3b.tar.gz
 LIBAI_MAIN_VENV ?= .venv-libai-main
-# The multi-rank core on LiBai main: compat branches, pairing with LiBai's real loader and sampler
-# shards, stage-0-only loading, seeding, stochastic layers, the batch guard, evaluation padding,
-# exact resume, the train_net swap, graph mode, the global batch mixup, layout invariance (every
-# layout from 1 rank to (2,2,2) on one loss trajectory), LiBai's own GPT-2, BERT, ViT and Swin configs
-# (their text data built with LiBai's preprocess tool), committed checkpoints and the fault matrix.
+# What depends on the LiBai line, run on LiBai main: compat branches, pairing with LiBai's real loader and
+# sampler shards, stage-0-only loading, seeding, stochastic layers, the batch guard, evaluation padding, exact
+# and elastic resume, data position, initial weights, the train_net swap, graph mode, the global batch mixup,
+# accumulation, LiBai's own layers and its GPT-2, BERT, ViT and Swin against 1 rank (their text data built with
+# LiBai's preprocess tool), committed checkpoints, launcher lifetime and the GPU host. Their quick tier, plus
+# the long tests of LIBAI_MAIN_LONG_TESTS: the fault matrix and the model zoo on every layout.
 LIBAI_MAIN_TESTS ?= tests/test_compat.py tests/test_environment.py tests/test_batch_errors.py \
   tests/test_pairing.py tests/test_stage0_loading.py tests/test_seeding.py tests/test_stochastic.py \
-  tests/test_batch_check.py tests/test_evaluation.py tests/test_resume.py tests/test_train_net.py \
-  tests/test_graph.py tests/test_global_mixup.py tests/test_global_mixup_layouts.py \
-  tests/test_layout_equivalence.py tests/test_text_data.py tests/test_compat_libai_zoo.py \
-  tests/test_libai_zoo_configs.py tests/test_checkpoint_commit.py tests/test_checkpoint_faults.py \
+  tests/test_batch_check.py tests/test_evaluation.py tests/test_resume.py tests/test_elastic_resume.py \
+  tests/test_data_resume.py tests/test_param_init.py tests/test_train_net.py tests/test_graph.py \
+  tests/test_global_mixup.py tests/test_global_mixup_layouts.py tests/test_accumulation_equivalence.py \
+  tests/test_text_data.py tests/test_compat_libai_zoo.py tests/test_libai_zoo.py tests/test_libai_zoo_configs.py \
+  tests/test_zoo_equivalence.py tests/test_checkpoint_commit.py tests/test_checkpoint_faults.py \
   tests/test_launcher_lifetime.py tests/test_gpu_host.py
+LIBAI_MAIN_LONG_TESTS ?= tests/test_checkpoint_faults.py tests/test_zoo_equivalence.py
 
 .PHONY: setup demo test test-all test-libai-main experiment benchmark clean-venv
 
@@ -73,12 +76,13 @@ test-all: setup
 gpu-check: setup
 	$(PY) tools/gpu_check.py
 
-# The same code on LiBai main: sets up $(LIBAI_MAIN_VENV) from the archive (once), runs the core there.
+# The same code on LiBai main: sets up $(LIBAI_MAIN_VENV) from the archive (once), runs the line's tests there.
 test-libai-main:
 	@[[ "$(LIBAI_MAIN_ARCHIVE)" != *.tar.gz ]] || test -f "$(LIBAI_MAIN_ARCHIVE)" || { echo "make test-libai-main:" \
 	  "no LiBai main archive at $(LIBAI_MAIN_ARCHIVE); set LIBAI_MAIN_ARCHIVE=<path or pip requirement of LiBai main>" >&2; exit 1; }
 	$(MAKE) setup VENV=$(LIBAI_MAIN_VENV) LIBAI=$(LIBAI_MAIN_ARCHIVE)
-	$(LIBAI_MAIN_VENV)/bin/python -m pytest $(LIBAI_MAIN_TESTS) $(PYTEST_ARGS)
+	$(LIBAI_MAIN_VENV)/bin/python -m pytest $(LIBAI_MAIN_TESTS) -m "not long" $(PYTEST_ARGS)
+	$(LIBAI_MAIN_VENV)/bin/python -m pytest $(LIBAI_MAIN_LONG_TESTS) -m long $(PYTEST_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -45,7 +45,7 @@ NOTHING_COMPARED = "nothing to compare"
     # the two groups' batches (they must differ); per-rank streams on every other rank change nothing.
     (FIXED, "rank", 4, ["train.dist.data_parallel_size=2", "train.stage0_only_loading=False"]),
     # Stock at dp=1 with identical seeds: both stages hold the same batch, compared rank 0 vs rank 1.
-    (STOCK, "global", 2, ["train.stage0_only_loading=False"]),
+    pytest.param(STOCK, "global", 2, ["train.stage0_only_loading=False"], marks=pytest.mark.long),
 ], ids=["fixed-unseeded-dp2-pp2", "stock-seeded-dp1-pp2"])
 def test_guard_is_quiet_on_consistent_batches(repo_root, tmp_path, trainer, scope, nproc, layout):
     result = train(repo_root, tmp_path, trainer, scope, nproc=nproc, layout=layout)
@@ -105,8 +105,9 @@ def check_batch_tool(repo_root, tmp_path, trainer, scope, nproc, layout):
 @pytest.mark.parametrize("trainer, scope, nproc, layout, images_bad", [
     (STOCK, "rank", 2, [], None if LIBAI_MAIN else "[1]"),  # main: every field from stage 0
     # the sampler half of the bug (LiBai 0.1.1 only: main reads the placement's shard)
-    (STOCK, "global", 4, ["train.dist.data_parallel_size=2"], None if LIBAI_MAIN else "[2, 3]"),
-    (STOCK, "global", 2, [], None),
+    pytest.param(STOCK, "global", 4, ["train.dist.data_parallel_size=2"], None if LIBAI_MAIN else "[2, 3]",
+                 marks=pytest.mark.long),
+    pytest.param(STOCK, "global", 2, [], None, marks=pytest.mark.long),
 ], ids=["stock-unseeded-dp1-pp2", "stock-seeded-dp2-pp2", "stock-seeded-dp1-pp2"])
 def test_check_batch_tool_exit_codes(repo_root, tmp_path, trainer, scope, nproc, layout, images_bad):
     """Each case compares ranks of one data-parallel group (the tool's table is within groups; under

@@ -27,12 +27,14 @@ from omegaconf import OmegaConf
 
 from conftest import ROOT
 
-TOOLS = ["train_net", "check_batch", "check_equivalence", "compare_runs", "gpu_check", "print_run"]
+TOOLS = ["train_net", "check_batch", "check_equivalence", "compare_runs", "gpu_check", "print_run", "make_text_data"]
 SCRIPTS = {"libai-ext-train": "train_net", "libai-ext-check-batch": "check_batch",
            "libai-ext-check-equivalence": "check_equivalence", "libai-ext-compare-runs": "compare_runs",
-           "libai-ext-gpu-check": "gpu_check", "libai-ext-print-run": "print_run"}
+           "libai-ext-gpu-check": "gpu_check", "libai-ext-print-run": "print_run",
+           "libai-ext-make-text-data": "make_text_data"}
 ONEFLOW_NOISE = ("libibverbs", "CUDA driver", "cuda_device_descriptor")
-PROJECT_CONFIGS = ("configs/demo_pipeline_cpu.py", "configs/swin_digits_cpu.py", "configs/swin_cifar100.py")
+PROJECT_CONFIGS = ("configs/demo_pipeline_cpu.py", "configs/swin_digits_cpu.py", "configs/swin_cifar100.py",
+                   "configs/libai_gpt2_cpu.py")
 
 
 def cli(name):
@@ -359,3 +361,11 @@ def test_plot_without_matplotlib_is_refused_before_any_run(tmp_path, monkeypatch
                         "pp2", "--workdir", str(tmp_path), "--plot", str(tmp_path / "x.png")])
     assert status == tool.EXIT_USAGE == 2 and launched == []
     assert "--plot needs matplotlib" in capsys.readouterr().err
+
+
+def test_make_text_data_default_is_the_configs_default():
+    # The tool keeps its own copy so that --help imports no OneFlow.
+    from libai_ext.cli import make_text_data
+    from libai_ext.data import text_data
+
+    assert make_text_data.DEFAULT_ROOT == text_data.DEFAULT_ROOT

@@ -60,7 +60,8 @@ def tmp(tmp_path_factory):
     return tmp_path_factory.mktemp("elastic")
 
 
-@pytest.mark.parametrize("saved_under, resumed_under", [("dp2xtp2xpp2", "1"), ("1", "tp2xpp2")])
+@pytest.mark.parametrize("saved_under, resumed_under", [pytest.param("dp2xtp2xpp2", "1", marks=pytest.mark.long),
+                                                          ("1", "tp2xpp2")])
 def test_plugin_resumes_under_another_layout(repo_root, tmp, saved_under, resumed_under):
     full, tail = resume_elsewhere(repo_root, tmp, tmp / "digits", saved_under, resumed_under, PLUGIN)
     assert max(relative_differences(full, tail)) <= RTOL, (full, tail)

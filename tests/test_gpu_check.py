@@ -3,6 +3,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT, load_tool
 
 
@@ -45,6 +47,7 @@ def test_a_failing_check_is_a_failed_row_and_exit_code_1(monkeypatch, tmp_path, 
     assert "| masks | 1 | FAIL | CheckFailed: masks differ |" in capsys.readouterr().out
 
 
+@pytest.mark.long
 def test_every_check_passes_on_cpu_ranks(tmp_path):
     """The same check functions as on GPUs, on CPU ranks (masks against CPU itself: the code path only)."""
     rows = gpu_check.run_checks("cpu", 2, str(tmp_path))

@@ -24,7 +24,7 @@ cpu_only = pytest.mark.skipif(ranks_device() == "cuda", reason=(
 
 # --- a. pairing through a train graph step -------------------------------------------------
 
-PAIRING_LAYOUTS = [(1, 1, 2), (2, 1, 2)]  # (dp, tp, pp); dp x tp graphs are refused on CPU (see below)
+PAIRING_LAYOUTS = [pytest.param((1, 1, 2), marks=pytest.mark.long), (2, 1, 2)]  # (dp, tp, pp); dp x tp graphs are refused on CPU (see below)
 
 
 @pytest.fixture(scope="module", params=PAIRING_LAYOUTS, ids=lambda l: "dp%d-tp%d-pp%d" % l)
@@ -83,11 +83,13 @@ def parity(tmp_path_factory):
     return {r["mode"]: r for r in records}
 
 
+@pytest.mark.long
 def test_same_seed_gives_the_same_initial_weights_in_every_mode(parity):
     weights = {mode: tuple(r["initial_weights"]) for mode, r in parity.items()}
     assert len(set(weights.values())) == 1, weights
 
 
+@pytest.mark.long
 def test_graph_and_eager_losses_agree_for_10_iterations(parity):
     """Same seed and weights, no random crop, no mixup, no dropout (rank_scripts/graph_parity.py)."""
     eager, graph = np.array(parity["eager"]["losses"]), np.array(parity["graph"]["losses"])
@@ -96,12 +98,14 @@ def test_graph_and_eager_losses_agree_for_10_iterations(parity):
     assert np.abs(graph - eager).max() < GRAPH_EAGER_ATOL, np.abs(graph - eager)
 
 
+@pytest.mark.long
 def test_demo_mixer_stages_follow_layer_idx(parity):
     expected = {"embed": 0, "blocks.0": 0, "blocks.1": 0, "blocks.2": 1, "blocks.3": 1, "norm": 1, "head": 1}
     modules = parity["graph"]["modules"]
     assert {name: entry["stage"] for name, entry in modules.items()} == expected
 
 
+@pytest.mark.long
 def test_activation_checkpointing_recomputes_blocks_and_keeps_the_losses(parity):
     plain, ckpt = parity["graph"], parity["graph_ckpt"]
     checkpointed = sorted(n for n, entry in ckpt["modules"].items() if entry.get("checkpointing"))
@@ -111,6 +115,7 @@ def test_activation_checkpointing_recomputes_blocks_and_keeps_the_losses(parity)
     assert np.abs(np.array(ckpt["losses"]) - plain["losses"]).max() < 1e-6
 
 
+@pytest.mark.long
 def test_graph_gradient_accumulation_matches_eager_micro_batches(parity):
     """num_accumulation_steps=2: one graph step = mean loss of two eager micro-batches (constant LR)."""
     eager = np.array(parity["eager_acc2"]["losses"]).reshape(-1, 2).mean(axis=1)
@@ -190,6 +195,7 @@ def test_amp_is_refused_on_cpu_ranks(repo_root, tmp_path):
 
 
 @cpu_only
+@pytest.mark.long
 def test_data_x_tensor_parallel_graph_is_refused_on_8_cpu_ranks(repo_root, tmp_path):
     """(2,2,2) graph training aborts OneFlow 0.9.0's CPU transport; every rank must refuse it instead."""
     _, result = train_net(repo_root, tmp_path, 8, "train.dist.data_parallel_size=2",

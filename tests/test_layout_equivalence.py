@@ -19,6 +19,8 @@ import os
 
 import pytest
 
+pytestmark = pytest.mark.long  # the quick tier: tests/test_zoo_equivalence.py and test_accumulation_equivalence.py
+
 from conftest import ROOT, load_tool
 
 ITERS = 3

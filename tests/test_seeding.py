@@ -30,6 +30,7 @@ def scoped_draws():
     return results
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("scope", ["global", "data_parallel", "rank"])
 def test_scope_shares_streams_on_exactly_the_promised_ranks(scoped_draws, scope):
     draws = scoped_draws[scope]

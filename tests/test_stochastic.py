@@ -23,19 +23,30 @@ LAYOUTS = {  # name: (nproc, args)
 }
 MODES = ("layout_invariant", "fast")
 MULTI = ["dp2-tp2", "dp2-tp2-pp2-last-stage"]
+EIGHT = "dp2-tp2-pp2-last-stage"  # the long tier's layout (8 ranks); the quick tier reads the others
+
+
+def layout_param(layout):
+    return pytest.param(layout, marks=pytest.mark.long) if layout == EIGHT else layout
 LIBAI_SBPS = ("S0,B", "B,S1", "S0,S1")
 USER_SBPS = ("1d:S0", "1d:S1", "1d:B", "2d:S0,B", "2d:B,S1", "2d:S0,S1", "2d:S1,S0")
 PARTIAL_SBPS = ("1d:P", "2d:S0,P", "2d:P,S1")
 SHAPE_ELEMENTS, SHAPE_ROWS = 64 * 12, 64
 
 
+class Runs(dict):
+    """Each layout's run, launched when a test first reads it (the quick tier never starts 8 ranks)."""
+
+    def __missing__(self, name):
+        nproc, args = LAYOUTS[name]
+        result = self[name] = launch(rank_script("stochastic.py"), nproc, args, timeout=600)
+        records_of_every_rank(result)  # a silent rank fails here, before any case is read
+        return result
+
+
 @pytest.fixture(scope="module")
 def runs():
-    results = {}
-    for name, (nproc, args) in LAYOUTS.items():
-        results[name] = launch(rank_script("stochastic.py"), nproc, args, timeout=600)
-        records_of_every_rank(results[name])  # a silent rank fails here, before any case is read
-    return results
+    return Runs()
 
 
 def records(result, where, sbp, kind, impl):
@@ -96,8 +107,8 @@ def assert_sbp_correct(per_rank, holders, kind):
     return pairs
 
 
-CASES = [(layout, sbp, kind, mode) for layout in MULTI for sbp in LIBAI_SBPS
-         for kind in ("dropout", "droppath") for mode in MODES]
+CASES = [pytest.param(layout, sbp, kind, mode, marks=[pytest.mark.long] if layout == EIGHT else [])
+         for layout in MULTI for sbp in LIBAI_SBPS for kind in ("dropout", "droppath") for mode in MODES]
 
 
 @pytest.mark.parametrize("layout, sbp, kind, mode", CASES)
@@ -108,8 +119,8 @@ def test_replicas_equal_shards_independent(runs, layout, sbp, kind, mode):
         assert pairs, "no two ranks hold disjoint shards"
 
 
-USER_CASES = [(layout, sbp, kind, mode) for layout in ["dp2"] + MULTI for sbp in USER_SBPS
-              for kind in ("dropout", "droppath") for mode in MODES]
+USER_CASES = [pytest.param(layout, sbp, kind, mode, marks=[pytest.mark.long] if layout == EIGHT else [])
+              for layout in ["dp2"] + MULTI for sbp in USER_SBPS for kind in ("dropout", "droppath") for mode in MODES]
 
 
 @pytest.mark.parametrize("layout, sbp, kind, mode", USER_CASES)
@@ -119,7 +130,7 @@ def test_placements_the_user_built(runs, layout, sbp, kind, mode):
     assert_sbp_correct(masks(result, "user", sbp, kind, mode), result.nproc, kind)
 
 
-@pytest.mark.parametrize("layout", MULTI)
+@pytest.mark.parametrize("layout", [layout_param(layout) for layout in MULTI])
 @pytest.mark.parametrize("sbp", ["1d:S0", "2d:S0,B", "2d:S0,S1"])
 def test_stock_dropout_breaks_user_placements_too(runs, layout, sbp):
     # Per-rank seeds: replicas disagree (when there are any); identical seeds: shards repeat.
@@ -128,7 +139,7 @@ def test_stock_dropout_breaks_user_placements_too(runs, layout, sbp):
     assert not replicas_agree(rank_seeded) or (same_seed and all(a == b for a, b in same_seed))
 
 
-@pytest.mark.parametrize("layout", ["dp2"] + MULTI)
+@pytest.mark.parametrize("layout", [layout_param(layout) for layout in ["dp2"] + MULTI])
 @pytest.mark.parametrize("sbp", PARTIAL_SBPS)
 @pytest.mark.parametrize("kind", ["dropout", "droppath"])
 @pytest.mark.parametrize("mode", MODES)
@@ -149,7 +160,7 @@ def test_local_tensors_every_rank_alike(runs, kind, mode):
     assert len(per_rank) == 4 and replicas_agree(per_rank)
 
 
-@pytest.mark.parametrize("layout", MULTI)
+@pytest.mark.parametrize("layout", [layout_param(layout) for layout in MULTI])
 def test_stock_dropout_breaks_replicas_or_shards(runs, layout):
     # Per-rank seeds: replicas of the same rows draw different masks.
     assert not replicas_agree(masks(runs[layout], "libai", "S0,B", "dropout", "stock_rank_seed"))
@@ -171,11 +182,13 @@ def reference(runs, kind):
     return ref
 
 
+@pytest.mark.parametrize("layouts", [pytest.param([layout for layout in LAYOUTS if layout != EIGHT], id="1-4"),
+                                     pytest.param(list(LAYOUTS), id="1-8", marks=pytest.mark.long)])
 @pytest.mark.parametrize("kind", ["dropout", "droppath"])
-def test_layout_invariant_mode_draws_one_global_mask_everywhere(runs, kind):
+def test_layout_invariant_mode_draws_one_global_mask_everywhere(runs, kind, layouts):
     ref = reference(runs, kind)
     checked = 0
-    for layout in LAYOUTS:
+    for layout in layouts:
         for where, sbps in (("libai", LIBAI_SBPS), ("user", USER_SBPS + PARTIAL_SBPS), ("local", ("local",))):
             for sbp in sbps:
                 if layout in ("1rank", "dp2") and where == "libai" and sbp != "S0,B":
@@ -186,10 +199,10 @@ def test_layout_invariant_mode_draws_one_global_mask_everywhere(runs, kind):
                 assert union(per_rank) == ref, f"{layout} {where} {sbp} drew another global mask"
                 checked += 1
     # 1rank: libai + local; dp2: libai + 10 user + local; 4 and 8 ranks: 3 libai + 10 user + local each
-    assert checked == 2 + 12 + 2 * 14
+    assert checked == 2 + 12 + 14 * (len(layouts) - 2)
 
 
-@pytest.mark.parametrize("layout", ["dp2"] + MULTI)
+@pytest.mark.parametrize("layout", [layout_param(layout) for layout in ["dp2"] + MULTI])
 def test_graph_path_draws_the_eager_mask(runs, layout):
     """Under nn.Graph the layout_invariant mask comes from global ops only: the same mask."""
     checked = 0
@@ -206,14 +219,14 @@ def test_graph_path_draws_the_eager_mask(runs, layout):
 
 def test_fast_mode_depends_on_layout_like_stock(runs):
     one = union(masks(runs["1rank"], "libai", "S0,B", "dropout", "fast"))
-    eight = union(masks(runs["dp2-tp2-pp2-last-stage"], "libai", "S0,B", "dropout", "fast"))
-    assert len(one) == len(eight) == SHAPE_ELEMENTS and one != eight
+    four = union(masks(runs["dp2-tp2"], "libai", "S0,B", "dropout", "fast"))
+    assert len(one) == len(four) == SHAPE_ELEMENTS and one != four
 
 
 def test_stock_dropout_depends_on_layout(runs):
     one = union(masks(runs["1rank"], "libai", "S0,B", "dropout", "stock_same_seed"))
-    eight = union(masks(runs["dp2-tp2-pp2-last-stage"], "libai", "S0,B", "dropout", "stock_same_seed"))
-    assert one != eight
+    four = union(masks(runs["dp2-tp2"], "libai", "S0,B", "dropout", "stock_same_seed"))
+    assert one != four
 
 
 # ---- one process: statistics, gradients, counters -------------------------------------------

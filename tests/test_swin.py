@@ -68,6 +68,7 @@ def test_single_rank_forward_backward():
     assert rec["from_config"] == {"ape": True, "attn_drop": 0.1, "drop_path": "DropPath"}
 
 
+@pytest.mark.long  # the config's every layout: tests/test_layout_equivalence.py
 @pytest.mark.parametrize("layout", ["pp2", "tp2_pp2", "dp2_tp2_pp2"])
 def test_parallel_matches_single_rank(layout):
     (reference,) = run("single")

@@ -1,35 +1,15 @@
-"""Build the text data of configs/libai_gpt2_cpu.py and configs/libai_bert_cpu.py ahead of a run.
+#!/usr/bin/env python
+"""``libai-ext-make-text-data`` from a checkout: build the text data of the NLP configs.
+The tool is ``libai_ext.cli.make_text_data``; ``--help`` says how to use it.
 
-    python tools/make_text_data.py [--out ./data/libai_text] [--libai-source LIBAI_SOURCE]
-
-Real English prose that ships with scikit-learn and CPython, tokenizer files trained on it (a
-byte-level BPE in GPT-2's format, a WordPiece vocabulary) and the mmap indexed datasets that
-LiBai's own ``tools/preprocess_data.py`` makes of it; no download.  ``--libai-source`` is a LiBai
-source folder or archive holding that tool (default: $LIBAI_MAIN_ARCHIVE, else LiBai main's
-archive beside this repository).  A folder already built is left as it is (about half a minute
-the first time).  Prints what the folder holds (its MANIFEST.json).
+    python tools/make_text_data.py [--out ./data/libai_text] [--libai-source ARCHIVE]
 """
-import argparse
-import json
-import logging
+import os
+import sys
 
-DEFAULT_ROOT = "./data/libai_text"  # libai_ext.data.text_data.DEFAULT_ROOT (imported after parsing: no OneFlow in --help)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default=DEFAULT_ROOT, help=f"the folder to build (default {DEFAULT_ROOT})")
-    parser.add_argument("--libai-source", default=None, help="a LiBai source folder or .tar.gz archive")
-    args = parser.parse_args(argv)
-    from libai_ext.data import text_data
-
-    assert text_data.DEFAULT_ROOT == DEFAULT_ROOT, "keep the two defaults equal"
-    ensure_text_data, read_manifest = text_data.ensure_text_data, text_data.read_manifest
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    ensure_text_data(args.out, libai_source=args.libai_source)
-    print(json.dumps(read_manifest(args.out), indent=1))
-    return 0
-
+from libai_ext.cli.make_text_data import main  # noqa: E402  (after the checkout's path)
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

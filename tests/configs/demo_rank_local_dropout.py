@@ -1,14 +1,15 @@
 """A planted fault for tools/check_equivalence.py: configs/demo_pipeline_cpu.py with a dropout
 seeded per rank after every mixer block.
 
-``RankLocalDropout`` drops each rank's local shard with OneFlow's dropout on a local tensor,
-which draws from that rank's own generator (what code that works on ``to_local()`` shards
-does).  With ``train.seed_scope=rank`` each rank has its own stream, so under pp2 the blocks on
-stage 1 (rank 1) draw other masks than the same blocks on 1 rank (where rank 0 draws them all).
-OneFlow's ``flow.nn.Dropout`` on a *global* tensor would not show this: measured on 1 rank vs
-pp2 with ``train.seed_scope=rank``, its masks were identical.
+``RankLocalDropout`` drops each rank's local shard with a mask from numpy's global stream, which
+belongs to the rank (code that works on ``to_local()`` shards with numpy does this; libai_ext keys
+OneFlow's dropouts, and refuses OneFlow's other draws inside a forward, but cannot see numpy's).
+With ``train.seed_scope=rank`` each rank has its own stream, so under pp2 the blocks on stage 1
+(rank 1) draw other masks than the same blocks on 1 rank (where rank 0 draws them all).
 """
 import os
+
+import numpy as np
 
 from libai.config import LazyCall, LazyConfig
 import oneflow as flow
@@ -27,7 +28,10 @@ class RankLocalDropout(nn.Module):
         self.rate = rate
 
     def forward(self, x):
-        local = flow.nn.functional.dropout(x.to_local(), p=self.rate, training=self.training)
+        local = x.to_local()
+        if self.training:
+            keep = np.random.rand(*local.shape) >= self.rate
+            local = local * flow.tensor(keep.astype(np.float32) / (1.0 - self.rate), device=local.device)
         return local.to_global(placement=x.placement, sbp=x.sbp)
 
 
