@@ -21,16 +21,12 @@ Randomness: dropout 0.1 after the patch embedding and on every block's attention
 and outputs, drop-path rising to 0.2 over the blocks (LiBai's DropPath), mixup.
 """
 from libai.config import LazyCall
-from libai.data.build import build_image_test_loader, build_image_train_loader
 from libai.models import SwinTransformer
-from omegaconf import OmegaConf
 
-from libai_ext.data import (
-    DIGITS_NUM_CLASSES, CIFAR100Folder, build_mixup, cifar_test_transform, cifar_train_transform,
-    ensure_digits_cifar,
-)
+from libai_ext.data import DIGITS_NUM_CLASSES
 from libai_ext.models.losses import SoftTargetCrossEntropy
 
+from .common.digits import dataloader
 from .common.graph import graph
 from .common.optim import optim
 from .common.train import train
@@ -43,21 +39,6 @@ model = LazyCall(SwinTransformer)(
     drop_rate=0.1, attn_drop_rate=0.1, drop_path_rate=0.2,
     loss_func=LazyCall(SoftTargetCrossEntropy)(),  # mixup's soft labels
 )
-
-data_root = LazyCall(ensure_digits_cifar)(root="./data/digits")  # written on first use, no download
-dataloader = OmegaConf.create()
-dataloader.train = LazyCall(build_image_train_loader)(
-    dataset=[LazyCall(CIFAR100Folder)(
-        root=data_root, train=True, transform=LazyCall(cifar_train_transform)(img_size=32, hflip=False))],
-    num_workers=0,
-    mixup_func=LazyCall(build_mixup)(num_classes=DIGITS_NUM_CLASSES, mixup_alpha=0.8, cutmix_alpha=1.0,
-                                     label_smoothing=0.1),
-)
-dataloader.test = [LazyCall(build_image_test_loader)(
-    dataset=LazyCall(CIFAR100Folder)(root=data_root, train=False,
-                                     transform=LazyCall(cifar_test_transform)(img_size=32)),
-    num_workers=0,
-)]
 
 train.output_dir = "./output/libai_swin_digits_cpu"
 train.train_micro_batch_size = 32  # even: flowvision's batch mixup needs pairs

@@ -18,15 +18,11 @@ Data: scikit-learn's 1,797 handwritten digits written once as a CIFAR-format fol
 (libai_ext.data.ensure_digits_cifar): 1,437 train / 360 test, 8x8 upscaled to 32x32.
 """
 from libai.config import LazyCall
-from libai.data.build import build_image_test_loader, build_image_train_loader
-from omegaconf import OmegaConf
 
-from libai_ext.data import (
-    DIGITS_NUM_CLASSES, CIFAR100Folder, build_mixup, cifar_test_transform, cifar_train_transform,
-    ensure_digits_cifar,
-)
+from libai_ext.data import DIGITS_NUM_CLASSES
 from libai_ext.models.swin import SwinTransformer
 
+from .common.digits import dataloader
 from .common.graph import graph
 from .common.optim import optim
 from .common.train import train
@@ -42,23 +38,6 @@ model = LazyCall(SwinTransformer)(
     embed_dim=48, depths=DEPTHS, num_heads=[2, 4], window_size=2, mlp_ratio=4.0,
     drop_rate=0.0, attn_drop_rate=0.0, drop_path_rate=0.1,
 )
-
-data_root = LazyCall(ensure_digits_cifar)(root="./data/digits")  # written on first use, no download
-dataloader = OmegaConf.create()
-dataloader.train = LazyCall(build_image_train_loader)(
-    dataset=[LazyCall(CIFAR100Folder)(
-        # hflip=False: a mirrored digit is not a digit.
-        root=data_root, train=True, transform=LazyCall(cifar_train_transform)(img_size=32, hflip=False))],
-    num_workers=0,
-    # Soft labels are what the stock pipeline mismatches: keep mixup/cutmix + smoothing on.
-    mixup_func=LazyCall(build_mixup)(num_classes=DIGITS_NUM_CLASSES, mixup_alpha=0.8, cutmix_alpha=1.0,
-                                     label_smoothing=0.1),
-)
-dataloader.test = [LazyCall(build_image_test_loader)(
-    dataset=LazyCall(CIFAR100Folder)(root=data_root, train=False,
-                                     transform=LazyCall(cifar_test_transform)(img_size=32)),
-    num_workers=0,
-)]
 
 train.output_dir = "./output/swin_digits_cpu"
 train.train_micro_batch_size = 32  # even: flowvision's batch mixup needs pairs
