@@ -29,6 +29,8 @@ from libai.layers import LayerNorm, Linear
 from libai.utils import distributed as dist
 
 from ..compat import layout
+# The windows with reshape where LiBai 0.1.1's Swin has view after permute: one implementation for both models.
+from ..compat.swin_v0_1 import window_partition, window_reverse
 from ..layers import DropPath, Dropout
 from .losses import SoftTargetCrossEntropy
 
@@ -66,21 +68,6 @@ def _split_layer_indices(num_blocks, stage_ids):
 def block_layer_indices(num_blocks):
     """LiBai layer index of each of ``num_blocks`` blocks, balanced over the pipeline stages."""
     return _split_layer_indices(num_blocks, layout.layer_stage_ids())
-
-
-def window_partition(x, window_size):
-    """[B, H, W, C] -> [B * num_windows, window_size, window_size, C]."""
-    B, H, W, C = x.shape
-    x = x.reshape(B, H // window_size, window_size, W // window_size, window_size, C)
-    # reshape, not view: the permuted tensor is not contiguous (view fails on oneflow 0.9.0).
-    return x.permute(0, 1, 3, 2, 4, 5).reshape(-1, window_size, window_size, C)
-
-
-def window_reverse(windows, window_size, H, W):
-    """Inverse of ``window_partition``."""
-    B = windows.shape[0] // ((H // window_size) * (W // window_size))
-    x = windows.reshape(B, H // window_size, W // window_size, window_size, window_size, -1)
-    return x.permute(0, 1, 3, 2, 4, 5).reshape(B, H, W, -1)
 
 
 def _relative_position_index(window_size):
