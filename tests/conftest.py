@@ -1,4 +1,6 @@
+import contextlib
 import importlib
+import io
 import os
 import sys
 
@@ -17,6 +19,31 @@ RANK_SCRIPTS = os.path.join(ROOT, "tests", "rank_scripts")
 def load_tool(name):
     """The module behind tools/<name>.py: ``libai_ext.cli.<name>`` (the script is a thin wrapper of it)."""
     return importlib.import_module(f"libai_ext.cli.{name}")
+
+
+def check_equivalence(argv, configs, layouts):
+    """``(status, {config: {layout: row cells}}, output)`` of one ``check_equivalence`` run in this process.
+
+    Every config must report a row for every layout; the cells are those of the tool's table after the
+    layout (ranks, max relative difference, ...)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = load_tool("check_equivalence").main(argv)
+    text = out.getvalue()
+    print(text)
+    tables, config = {}, None
+    for line in text.splitlines():
+        name = line.split(":", 1)[0]
+        if name in configs:
+            config = name
+            tables[config] = {}
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if config and line.startswith("| ") and cells[0] in layouts:
+            tables[config][cells[0]] = cells[1:]
+    assert sorted(tables) == sorted(configs), text
+    for config in configs:
+        assert sorted(tables[config]) == sorted(layouts), (config, text)
+    return status, tables, text
 
 
 def rank_script(name):

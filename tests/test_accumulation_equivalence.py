@@ -10,13 +10,11 @@ mixup/cutmix, label smoothing, its warmup-cosine schedule) over 64 training samp
 4 steps of global batch 32 cross an epoch boundary twice; every rank its own python/numpy/OneFlow
 streams (``train.seed_scope=rank``).  Data-parallel layouts within 1e-4, the others within 1e-5.
 """
-import contextlib
-import io
 import os
 
 import pytest
 
-from conftest import ROOT, load_tool
+from conftest import ROOT, check_equivalence, load_tool
 
 tool = load_tool("check_equivalence")
 COMMON = ["train.seed_scope=rank", "model.drop_rate=0.1", "model.attn_drop_rate=0.1", "model.drop_path_rate=0.2",
@@ -29,18 +27,8 @@ def run(tmp_path, layouts, *overrides):
     argv = ["--config-file", os.path.join(ROOT, "configs", "swin_digits_cpu.py"), "--layouts", "1", *layouts,
             "--iters", "4", "--rtol", "1e-4", "--timeout", "900", "--workdir", str(tmp_path / "runs"),
             f"dataloader.train.dataset.0.root.root={tmp_path / 'digits'}", *COMMON, *overrides]
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        status = tool.main(argv)
-    text = out.getvalue()
-    print(text)
-    rows = {}
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("| ") and cells[0] in layouts:
-            rows[cells[0]] = float(cells[2])
-    assert sorted(rows) == sorted(layouts), text
-    return status, rows, text
+    status, tables, text = check_equivalence(argv, ["swin_digits_cpu"], layouts)
+    return status, {layout: float(cells[1]) for layout, cells in tables["swin_digits_cpu"].items()}, text
 
 
 def tolerance(layout):

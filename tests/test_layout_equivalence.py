@@ -13,15 +13,13 @@ Per-iteration raw loss against 1 rank (tools/check_equivalence.py):
 training draws may depend on them.  The 50-iteration figures are in docs/layout_invariance.md.
 tests/test_check_equivalence.py shows stock LiBai failing the same comparison.
 """
-import contextlib
-import io
 import os
 
 import pytest
 
 pytestmark = pytest.mark.long  # the quick tier: tests/test_zoo_equivalence.py and test_accumulation_equivalence.py
 
-from conftest import ROOT, load_tool
+from conftest import ROOT, check_equivalence, load_tool
 
 ITERS = 3
 EXACT_RTOL, DATA_PARALLEL_RTOL = 1e-5, 1e-4
@@ -39,18 +37,8 @@ def table(tmp_path_factory):
             "--layouts", "1", *WITHOUT_DP, *WITH_DP, "--iters", str(ITERS), "--rtol", str(DATA_PARALLEL_RTOL),
             "--timeout", "600", "--workdir", str(work / "runs"), "train.seed_scope=rank",
             f"dataloader.train.dataset.0.root.root={work / 'digits'}", *STOCHASTIC]
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        status = tool.main(argv)
-    text = out.getvalue()
-    print(text)
-    rows = {}
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("| ") and cells[0] in WITHOUT_DP + WITH_DP:
-            rows[cells[0]] = (float(cells[2]), cells[3])
-    assert sorted(rows) == sorted(WITHOUT_DP + WITH_DP), text
-    return status, rows, text
+    status, tables, text = check_equivalence(argv, ["swin_digits_cpu"], WITHOUT_DP + WITH_DP)
+    return status, {layout: (float(cells[1]), cells[2]) for layout, cells in tables["swin_digits_cpu"].items()}, text
 
 
 @pytest.mark.parametrize("layout", WITHOUT_DP)

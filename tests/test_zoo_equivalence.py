@@ -17,13 +17,11 @@ dropouts, which libai_ext routes: its text models run with the fusions off here,
 which hard-codes them, cannot run on CPU).  The 20-iteration tables are in
 docs/zoo_equivalence.md.
 """
-import contextlib
-import io
 import os
 
 import pytest
 
-from conftest import ROOT, load_tool
+from conftest import ROOT, check_equivalence, load_tool
 
 EXACT_RTOL, DATA_PARALLEL_RTOL = 1e-5, 1e-4
 WITHOUT_DP = ["pp2", "tp2", "tp2xpp2"]
@@ -53,24 +51,9 @@ def run_tool(work, layouts, iters, *overrides, configs=CONFIGS):
     argv = ["--config-file", *[os.path.join(ROOT, "configs", f"{name}.py") for name in configs],
             "--layouts", "1", *layouts, "--iters", str(iters), "--rtol", str(DATA_PARALLEL_RTOL),
             "--timeout", "1200", "--workdir", str(work / "runs"), *overrides]
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        status = tool.main(argv)
-    text = out.getvalue()
-    print(text)
-    tables, config = {}, None
-    for line in text.splitlines():
-        name = line.split(":", 1)[0]
-        if name in configs:
-            config = name
-            tables[config] = {}
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if config and line.startswith("| ") and cells[0] in layouts:
-            tables[config][cells[0]] = float(cells[2])
-    assert sorted(tables) == sorted(configs), text
-    for config in configs:
-        assert sorted(tables[config]) == sorted(layouts), (config, text)
-    return status, tables, text
+    status, tables, text = check_equivalence(argv, configs, layouts)
+    return status, {config: {layout: float(cells[1]) for layout, cells in rows.items()}
+                    for config, rows in tables.items()}, text
 
 
 @pytest.fixture(scope="module")
