@@ -94,12 +94,14 @@ def test_plugin_pipeline_matches_one_rank(tmp_path, capsys, data):
     assert row.startswith("| pp2 | 2 | 0 | - |"), row
 
 
+@pytest.mark.long
 def test_plugin_data_x_pipeline_matches_one_rank(tmp_path, capsys, data):
     status, (row,), out = check(tmp_path, capsys, data, "configs/demo_pipeline_cpu.py", ["1", "dp2xpp2"], rtol=1e-4)
     assert status == 0, out
     assert row.startswith("| dp2xpp2 | 4 |") and "| - |" in row, row
 
 
+@pytest.mark.long
 def test_dropout_seeded_per_rank_is_named(tmp_path, capsys, data):
     """train.randomness="fast": "layout_invariant" refuses this model at build time (its forward draws
     from numpy; tests/test_libai_zoo.py shows the refusal), "fast" warns and trains it."""

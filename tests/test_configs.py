@@ -87,6 +87,7 @@ def test_digits_model_forward_on_one_rank(repo_root):
     assert flow.isfinite(model(images, soft)["losses"]).all().item()
 
 
+@pytest.mark.long  # the digits configs train in the quick tier's equivalence tests
 def test_digits_pipeline_smoke_run(repo_root, tmp_path):
     """2 ranks, pp2, a few steps through tools/train_net.py: metrics.json and run_info.json appear."""
     output = tmp_path / "out"

@@ -9,6 +9,8 @@ they must see that.
 """
 import os
 
+import pytest
+
 from conftest import ROOT, rank_script
 from libai_ext.engine.launch import SETUP_DONE
 from libai_ext.testing import launch
@@ -59,6 +61,7 @@ def test_fake_cuda_host_gets_past_libai_setup_and_no_rank_hangs(tmp_path):
     assert result.failed_ranks() and errors, f"no rank failed with an error; rank 0 log:\n{result.log(0)[-2000:]}"
 
 
+@pytest.mark.long
 def test_stock_startup_dies_on_the_fake_cuda_host_and_the_checks_see_it(tmp_path):
     output, result = train_net_on_fake_cuda(tmp_path, "stock", rank_script("train_net_stock_compile_step.py"),
                                             timeout=45)  # ranks 1+ hang for good: the timeout ends them

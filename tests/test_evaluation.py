@@ -11,6 +11,8 @@ import pytest
 
 from libai_ext.testing import launch
 
+pytestmark = pytest.mark.long  # the quick tier: the evaluation order in tests/test_global_order_layouts.py
+
 EVAL_SPLIT = ["dataloader.test.0.dataset.train=True", "train.test_micro_batch_size=100"]
 
 

@@ -31,7 +31,7 @@ def one_rank():
         modes.set_layer_seed(*saved)
 
 
-@pytest.fixture(scope="module", params=list(LAYOUTS))
+@pytest.fixture(scope="module", params=[pytest.param(l, marks=pytest.mark.long) if l == "dp2" else l for l in LAYOUTS])
 def layout_run(request, tmp_path_factory):
     dp, pp = LAYOUTS[request.param]
     result = launch(rank_script("global_mixup.py"), dp * pp, ["--dp", dp, "--pp", pp], timeout=300,

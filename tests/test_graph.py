@@ -139,6 +139,7 @@ def distinct_steps(outputs):
     return len({np.array(step).tobytes() for step in outputs})
 
 
+@pytest.mark.long
 def test_plain_graph_repeats_one_mask_every_step(graph_masks):
     """What every graph did before GraphBase fed the counters: the test can see the bug."""
     for rank, modes in graph_masks.items():

@@ -444,7 +444,7 @@ def test_a_module_replaced_after_the_build_is_named_and_an_unchanged_model_passe
 
 # -- multi-rank -------------------------------------------------------------------------------------
 
-QUICK_LAYOUTS = {4: ("tp2xpp2", "dp2xtp2")}
+FOUR_RANK_LAYOUTS = {4: ("tp2xpp2", "dp2xtp2")}
 LONG_LAYOUTS = {2: ("tp2", "pp2", "dp2")}
 SWIN_BUILDS = ("layout_invariant", "fast", "stock")
 LIBAI_MODELS = ("gpt", "bert", "vit", "t5")
@@ -521,9 +521,10 @@ def test_one_rank_reference_copies_follow_and_late_parameters_are_named():
     assert warned["raised"] is None and len(warned["warnings"]) == 1 and "lazy_scale" in warned["warnings"][0]
 
 
-@pytest.mark.parametrize("layout", QUICK_LAYOUTS[4])
+@pytest.mark.long  # the quick tier: LiBai's models on tp2 and dp2 x pp2 in tests/test_zoo_equivalence.py
+@pytest.mark.parametrize("layout", FOUR_RANK_LAYOUTS[4])
 def test_initial_weights_from_the_seed_are_the_same_on_every_layout(layout):
-    check_layout(4, QUICK_LAYOUTS[4], layout)
+    check_layout(4, FOUR_RANK_LAYOUTS[4], layout)
 
 
 @pytest.mark.long

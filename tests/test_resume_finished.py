@@ -49,8 +49,7 @@ def uninterrupted(repo_root, tmp):
     return losses(tmp / "uninterrupted")
 
 
-@pytest.fixture(scope="module", params=[e if e == "model_final" else pytest.param(e, marks=pytest.mark.long)
-                                        for e in ENDINGS])
+@pytest.fixture(scope="module", params=[pytest.param(e, marks=pytest.mark.long) for e in ENDINGS])
 def finished(request, repo_root, tmp):
     ending, output, data = request.param, tmp / request.param, tmp / "data"
     run(repo_root, output, data, K, *ENDINGS[ending])
