@@ -1,14 +1,16 @@
 """Stock DefaultTrainer vs ConsistentBatchTrainer (default path and stage-0-only loading).
 
-    .venv/bin/python benchmarks/trainer_overhead.py [--iters 60] [--repeats 2] [--ranks 2 4 8]
+    .venv/bin/python benchmarks/trainer_overhead.py [--iters 60] [--repeats 2] [--ranks 2 4 8] [--model demo|gpt2]
 
-Trains the demo model (configs/demo_pipeline_cpu.py, augmentation and mixup on, no
-evaluation) on 2 ranks (pp2), 4 ranks (dp2 x pp2) and 8 ranks (dp2 x tp2 x pp2).  The four
-variants run interleaved, `--repeats` times, in one invocation.  Reports the median step
-time on rank 0 (after `--warmup` iterations) and, per stage, the median load time
-(`next(loader)`: reading + augmentation) and LiBai's data time (load + `get_batch`, which
-outside stage 0 includes waiting for stage 0's batch), with ratios to stock.
-Writes benchmarks/results/trainer_overhead.md.
+Trains the demo model (configs/demo_pipeline_cpu.py, augmentation and mixup on, no evaluation),
+or with `--model gpt2` LiBai's GPT-2 pretraining (configs/libai_gpt2_cpu.py, every dropout on,
+fusions off: stock LiBai has no CPU kernel for them), on 2 ranks (pp2), 4 ranks (dp2 x pp2) and
+8 ranks (dp2 x tp2 x pp2).  The four variants run interleaved, `--repeats` times, in one
+invocation.  Reports the median step time on rank 0 (after `--warmup` iterations) and, per
+stage, the median load time (`next(loader)`: reading + augmentation), on stage 0 `get_batch`
+(data time minus load: mixup and making the batch global), and LiBai's data time (load +
+`get_batch`, which outside stage 0 includes waiting for stage 0's batch), with ratios to stock.
+Writes benchmarks/results/trainer_overhead.md (`--model gpt2`: trainer_overhead_gpt2.md).
 """
 import argparse
 import json
@@ -36,12 +38,21 @@ VARIANTS = {
 }
 
 
-def run(nproc, variant, iters, workdir):
+MODELS = {
+    "demo": lambda data: ["--config-file", os.path.join(ROOT, "configs", "demo_pipeline_cpu.py"),
+                          f"dataloader.train.dataset.0.root.root={data}/digits"],
+    "gpt2": lambda data: ["--config-file", os.path.join(ROOT, "configs", "libai_gpt2_cpu.py"),
+                          f"text_data.root={data}/libai_text", "model.cfg.bias_dropout_fusion=False",
+                          "model.cfg.scale_mask_softmax_fusion=False"],
+}
+
+
+def run(model, nproc, variant, iters, workdir, data):
     dp, tp, pp = LAYOUTS[nproc]
     output = os.path.join(workdir, f"{nproc}-{variant}")
-    args = ["--config-file", os.path.join(ROOT, "configs", "demo_pipeline_cpu.py"), *VARIANTS[variant],
+    args = [*MODELS[model](data), *VARIANTS[variant],
             f"train.train_iter={iters}", "train.evaluation.enabled=False", "train.log_period=1000",
-            f"train.output_dir={output}", f"dataloader.train.dataset.0.root.root={workdir}/data",
+            f"train.output_dir={output}",
             f"train.dist.data_parallel_size={dp}", f"train.dist.tensor_parallel_size={tp}",
             f"train.dist.pipeline_parallel_size={pp}"]
     launch(os.path.join(ROOT, "benchmarks", "timed_train_net.py"), nproc, args, timeout=900,
@@ -72,16 +83,17 @@ def later_stages(by_stage):
 
 def table(results):
     lines = ["| ranks (dp,tp,pp) | trainer | step time (s) | step / stock | load ms, stage 0 "
-             "| load ms, other stages | other stages' load / stock | data_time ms, other stages "
-             "| other stages' data_time / stock |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| get_batch ms, stage 0 | load ms, other stages | other stages' load / stock "
+             "| data_time ms, other stages | other stages' data_time / stock |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for nproc, by_variant in results.items():
         stock_step, stock = by_variant["stock"]
         for variant, (step, times) in by_variant.items():
             load, data = later_stages(times["load_times"]), later_stages(times["data_times"])
             lines.append(
                 f"| {nproc} {LAYOUTS[nproc]} | {variant} | {step:.3f} | {step / stock_step:.3f} "
-                f"| {1e3 * times['load_times'][0]:.2f} | {1e3 * load:.3f} "
+                f"| {1e3 * times['load_times'][0]:.2f} "
+                f"| {1e3 * (times['data_times'][0] - times['load_times'][0]):.2f} | {1e3 * load:.3f} "
                 f"| {load / later_stages(stock['load_times']):.4f} | {1e3 * data:.2f} "
                 f"| {data / later_stages(stock['data_times']):.3f} |")
     return "\n".join(lines)
@@ -93,15 +105,19 @@ def main():
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4, 8])
-    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "trainer_overhead.md"))
+    parser.add_argument("--model", choices=sorted(MODELS), default="demo")
+    parser.add_argument("--out", default=None,
+                        help="default: benchmarks/results/trainer_overhead.md (demo), trainer_overhead_<model>.md")
     args = parser.parse_args()
+    suffix = "" if args.model == "demo" else f"_{args.model}"
+    args.out = args.out or os.path.join(ROOT, "benchmarks", "results", f"trainer_overhead{suffix}.md")
     workdir = tempfile.mkdtemp(prefix="overhead-")
     results = {}
     for nproc in args.ranks:
         samples = {variant: [] for variant in VARIANTS}
         for repeat in range(args.repeats):
             for variant in VARIANTS:  # interleaved, so drift hits every variant alike
-                timings = run(nproc, variant, args.iters, os.path.join(workdir, f"r{repeat}"))
+                timings = run(args.model, nproc, variant, args.iters, os.path.join(workdir, f"r{repeat}"), workdir)
                 samples[variant].append(summarize(timings, nproc, args.warmup))
                 print(f"{nproc} ranks, {variant}, repeat {repeat}: step {samples[variant][-1][0]:.3f} s", flush=True)
         results[nproc] = {v: (statistics.median(step for step, _ in runs),
@@ -111,7 +127,7 @@ def main():
     text = table(results)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
-        f.write(f"Command: `.venv/bin/python benchmarks/trainer_overhead.py --iters {args.iters} "
+        f.write(f"Command: `.venv/bin/python benchmarks/trainer_overhead.py --model {args.model} --iters {args.iters} "
                 f"--warmup {args.warmup} --repeats {args.repeats} --ranks {' '.join(map(str, args.ranks))}`\n\n")
         f.write(text + "\n")
     print(text)
