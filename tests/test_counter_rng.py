@@ -11,7 +11,7 @@
   included; no mirrored pairs.
 
 Known-answer vectors pin the function: a change to the generator must change them on purpose.
-The exhaustive check over all 2**32 indices of one key is in the long tier.
+The exhaustive check over all 2**32 indices of one key is a script: benchmarks/generator_bijection.py.
 """
 import numpy as np
 import oneflow as flow
@@ -177,19 +177,6 @@ def test_the_quadratic_is_a_permutation_and_the_old_round_is_not():
 def test_no_two_elements_of_a_call_share_their_bits():
     bits = counter_bits((2 ** 24,), KEYS).numpy()
     assert len(np.unique(bits)) == 2 ** 24
-
-
-@pytest.mark.long
-def test_a_key_is_a_bijection_of_all_two_to_the_32_indices():
-    """Exhaustive, for one key: every 32-bit word is hit exactly once (4 GiB of flags; each chunk
-    sorted first, so the flags are written in order)."""
-    seen = np.zeros(2 ** 32, dtype=np.uint8)
-    chunk = 2 ** 26
-    for start in range(0, 2 ** 32, chunk):
-        bits = local_counter_bits((2 ** 32,), (start,), (start + chunk,), KEYS).numpy().view(np.uint32)
-        bits.sort()
-        seen[bits] = 1
-    assert int(seen.sum(dtype=np.int64)) == 2 ** 32
 
 
 # ---- random ----------------------------------------------------------------------------------------
