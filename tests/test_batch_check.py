@@ -55,6 +55,7 @@ def test_guard_is_quiet_on_consistent_batches(repo_root, tmp_path, trainer, scop
     assert NOTHING_COMPARED not in log, "the guard compared nothing"
 
 
+@pytest.mark.long
 def test_guard_says_it_has_nothing_to_compare_under_stage0_only_loading(repo_root, tmp_path):
     """Only stage 0 holds batches: the guard lets them through, says so, and training goes on."""
     result = train(repo_root, tmp_path, FIXED, "rank", layout=["train.stage0_only_loading=True"])

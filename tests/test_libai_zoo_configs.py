@@ -50,6 +50,7 @@ def run_configs(repo_root, tmp_path, text_data, nproc, pp, iters=2):
     return {rank: {r["config"]: r for r in recs} for rank, recs in records.items()}
 
 
+@pytest.mark.long  # the quick tier trains them in tests/test_zoo_equivalence.py
 def test_each_config_trains_from_the_seed_with_every_dropout_converted(repo_root, tmp_path, libai_text_data):
     by_config = run_configs(repo_root, tmp_path, libai_text_data, nproc=1, pp=1)[0]
     assert sorted(by_config) == sorted(CONFIGS)

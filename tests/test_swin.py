@@ -97,6 +97,7 @@ def test_parallel_matches_single_rank(layout):
     assert sorted(merged_grads(records, key="init")) == sorted(ref_grads)
 
 
+@pytest.mark.long
 def test_indivisible_heads_rejected_under_tensor_parallelism():
     for rec in run("tp2_pp2"):
         message = rec["indivisible_heads_error"]
