@@ -9,7 +9,8 @@ fusions off: stock LiBai has no CPU kernel for them), on 2 ranks (pp2), 4 ranks 
 invocation.  Reports the median step time on rank 0 (after `--warmup` iterations) and, per
 stage, the median load time (`next(loader)`: reading + augmentation), on stage 0 `get_batch`
 (data time minus load: mixup and making the batch global), and LiBai's data time (load +
-`get_batch`, which outside stage 0 includes waiting for stage 0's batch), with ratios to stock.
+`get_batch`, which outside stage 0 includes waiting for stage 0's batch), with ratios to stock, and each
+step time's spread over the repeats and its ratio to the fast path that loads on stage 0 only.
 Writes benchmarks/results/trainer_overhead.md (`--model gpt2`: trainer_overhead_gpt2.md).
 """
 import argparse
@@ -36,6 +37,8 @@ VARIANTS = {
     "layout_invariant": ["train.trainer=libai_ext.ConsistentBatchTrainer", "train.stage0_only_loading=True",
                          "train.randomness=layout_invariant"],
 }
+# "step / fast" compares with the fast path that loads as the default does (stage 0 only).
+FAST = "consistent+stage0-only"
 
 
 MODELS = {
@@ -82,16 +85,18 @@ def later_stages(by_stage):
 
 
 def table(results):
-    lines = ["| ranks (dp,tp,pp) | trainer | step time (s) | step / stock | load ms, stage 0 "
-             "| get_batch ms, stage 0 | load ms, other stages | other stages' load / stock "
+    lines = ["| ranks (dp,tp,pp) | trainer | step time (s) | min-max over repeats | step / stock | step / fast "
+             "| load ms, stage 0 | get_batch ms, stage 0 | load ms, other stages | other stages' load / stock "
              "| data_time ms, other stages | other stages' data_time / stock |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for nproc, by_variant in results.items():
-        stock_step, stock = by_variant["stock"]
-        for variant, (step, times) in by_variant.items():
+        stock_step, stock = by_variant["stock"][0], by_variant["stock"][2]
+        fast_step = by_variant[FAST][0]
+        for variant, (step, steps, times) in by_variant.items():
             load, data = later_stages(times["load_times"]), later_stages(times["data_times"])
             lines.append(
-                f"| {nproc} {LAYOUTS[nproc]} | {variant} | {step:.3f} | {step / stock_step:.3f} "
+                f"| {nproc} {LAYOUTS[nproc]} | {variant} | {step:.3f} | {min(steps):.3f}-{max(steps):.3f} "
+                f"| {step / stock_step:.3f} | {step / fast_step:.3f} "
                 f"| {1e3 * times['load_times'][0]:.2f} "
                 f"| {1e3 * (times['data_times'][0] - times['load_times'][0]):.2f} | {1e3 * load:.3f} "
                 f"| {load / later_stages(stock['load_times']):.4f} | {1e3 * data:.2f} "
@@ -120,7 +125,7 @@ def main():
                 timings = run(args.model, nproc, variant, args.iters, os.path.join(workdir, f"r{repeat}"), workdir)
                 samples[variant].append(summarize(timings, nproc, args.warmup))
                 print(f"{nproc} ranks, {variant}, repeat {repeat}: step {samples[variant][-1][0]:.3f} s", flush=True)
-        results[nproc] = {v: (statistics.median(step for step, _ in runs),
+        results[nproc] = {v: (statistics.median(step for step, _ in runs), [step for step, _ in runs],
                               {key: {st: statistics.median(t[key][st] for _, t in runs) for st in runs[0][1][key]}
                                for key in runs[0][1]})
                           for v, runs in samples.items()}

@@ -1,10 +1,15 @@
-"""The multi-rank harness reports a failing rank, and a hang, within its timeout."""
+"""The multi-rank harness reports a failing rank, and a hang, within its timeout; its ranks start
+OneFlow only once rank 0's bootstrap server listens."""
+import socket
+import threading
 import time
 
 import pytest
 
 from conftest import rank_script
 from libai_ext.testing import MultiRankError, launch
+from libai_ext.testing.multirank import free_port
+from libai_ext.testing.rank_wrapper import wait_for_master
 
 
 @pytest.mark.parametrize("mode, expected_code", [("crash", 3), ("abort", -6)])
@@ -30,3 +35,39 @@ def test_timeout_names_command_and_running_ranks():
 def test_expected_failure_is_visible_without_raising():
     result = launch(rank_script("crash.py"), 2, ["crash", 0], timeout=120, check=False)
     assert result.failed_ranks() == [0] and not result.timed_out
+
+
+def _timed_wait(env, workdir, timeout_s=5.0):
+    start = time.monotonic()
+    wait_for_master(env, str(workdir), timeout_s=timeout_s)
+    return time.monotonic() - start
+
+
+def test_rank_waits_until_the_master_port_listens(tmp_path):
+    port = free_port()
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+    def listen_late():
+        time.sleep(0.5)
+        server.bind(("127.0.0.1", port))
+        server.listen()
+
+    thread = threading.Thread(target=listen_late)
+    thread.start()
+    try:
+        waited = _timed_wait({"RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}, tmp_path)
+    finally:
+        thread.join()
+        server.close()
+    assert 0.5 <= waited < 2.0, waited
+
+
+def test_rank_wait_ends_with_rank0_at_its_limit_and_never_on_rank0(tmp_path):
+    env = {"RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}  # nothing listens
+    assert 0.3 <= _timed_wait(env, tmp_path, timeout_s=0.3) < 1.5
+    assert _timed_wait(dict(env, RANK="0"), tmp_path) < 0.1
+    assert _timed_wait({"RANK": "1"}, tmp_path) < 0.1  # no master port: not launched by OneFlow
+    (tmp_path / "rank0.exit").write_text("1")  # rank 0 ended before it listened
+    assert _timed_wait(env, tmp_path) < 0.5
+
