@@ -90,8 +90,8 @@ def table(results):
              "| data_time ms, other stages | other stages' data_time / stock |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for nproc, by_variant in results.items():
-        stock_step, stock = by_variant["stock"][0], by_variant["stock"][2]
-        fast_step = by_variant[FAST][0]
+        stock_step, _, stock = by_variant["stock"]
+        fast_step, _, _ = by_variant[FAST]
         for variant, (step, steps, times) in by_variant.items():
             load, data = later_stages(times["load_times"]), later_stages(times["data_times"])
             lines.append(

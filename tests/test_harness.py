@@ -70,4 +70,3 @@ def test_rank_wait_ends_with_rank0_at_its_limit_and_never_on_rank0(tmp_path):
     assert _timed_wait({"RANK": "1"}, tmp_path) < 0.1  # no master port: not launched by OneFlow
     (tmp_path / "rank0.exit").write_text("1")  # rank 0 ended before it listened
     assert _timed_wait(env, tmp_path) < 0.5
-
