@@ -16,6 +16,8 @@ step's global batch.  Data-parallel rank ``r`` reads the contiguous positions
 micro-batch ``m`` on that rank is position ``r * n * s + m * s + i``: the same position, hence the
 same bits, as on 1 rank with the whole global batch.
 """
+import functools
+
 import numpy as np
 import oneflow as flow
 
@@ -56,19 +58,27 @@ class StepRows:
         return rows - shift
 
 
+@functools.lru_cache(maxsize=256)
+def rank_coordinates(placement):
+    """``(hierarchy shape, this rank's coordinates)`` in ``placement``; coordinates None outside it
+    (cached: every eager mask asks, and reading ``placement.ranks`` costs a fraction of a ms)."""
+    ranks = np.asarray(placement.ranks)
+    where = np.argwhere(ranks == flow.env.get_rank())
+    return ranks.shape, (tuple(int(c) for c in where[0]) if len(where) else None)
+
+
 def shard_box(shape, placement, sbp):
     """``(lo, hi)`` per dimension: the slice of a global tensor this rank holds, or None outside
     ``placement``.  OneFlow's nested balanced split: hierarchy axes in order, each splitting the
     current range of its dimension, the first ``size % parts`` parts one longer (measured)."""
-    ranks = np.asarray(placement.ranks)
-    where = np.argwhere(ranks == flow.env.get_rank())
-    if not len(where):
+    hierarchy, coordinates = rank_coordinates(placement)
+    if coordinates is None:
         return None
     lo, hi = [0] * len(shape), list(shape)
     for axis, s in enumerate(sbp):
         for d in range(len(shape)):
             if s == flow.sbp.split(d):
-                parts, part = ranks.shape[axis], int(where[0][axis])
+                parts, part = hierarchy[axis], coordinates[axis]
                 base, extra = divmod(hi[d] - lo[d], parts)
                 lo[d] += part * base + min(part, extra)
                 hi[d] = lo[d] + base + (part < extra)

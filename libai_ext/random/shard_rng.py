@@ -22,14 +22,18 @@ runs: ``Generator.manual_seed`` first waits until every op this rank queued has 
 also its device), so a queued dropout never sees the next call's seed.  Each call's mask stays a
 pure function of (seed, stream, call, shard): a resumed run draws the same masks from the call
 counters its checkpoint holds, with no generator state to save.
+
+That wait is this mode's cost: every seeding, ``get_state`` and ``set_state`` of a OneFlow 0.9.0
+generator waits for the rank's queued work (``tools/repro/generator_seed_sync.py``), so each
+dropout call gives up the overlap of Python with execution; on a whole step this mode is no
+faster than "layout_invariant" (``benchmarks/step_profile.py``, docs/benchmarks.md).
 """
-import functools
 import hashlib
 
-import numpy as np
 import oneflow as flow
 
 from .devices import own_cuda_device
+from .global_index import rank_coordinates
 
 _generators = {}  # (device, stream) -> flow.Generator, this process's
 
@@ -40,17 +44,11 @@ def shard_coordinates(placement, sbp):
     ``()`` for a fully replicated layout; ``None`` when this rank is outside ``placement``
     (it holds no data, any seed will do).
     """
-    coordinates = _rank_coordinates(placement)
+    _, coordinates = rank_coordinates(placement)
     if coordinates is None:
         return None
     return tuple((axis, coordinates[axis]) for axis, s in enumerate(sbp)
                  if s not in (flow.sbp.broadcast, flow.sbp.partial_sum))
-
-
-@functools.lru_cache(maxsize=256)
-def _rank_coordinates(placement):
-    where = np.argwhere(np.asarray(placement.ranks) == flow.env.get_rank())
-    return tuple(int(c) for c in where[0]) if len(where) else None
 
 
 def local_device(x):
