@@ -1,10 +1,16 @@
 """tools/train_net.py plus per-rank timings: ``<output_dir>/timing_rank<R>.json``.
 
 Each rank records, per iteration: the step time (between consecutive ``after_step``), the
+CPU time this process spent in that interval (all its threads: ``time.process_time``; on an
+oversubscribed host it does not count time a rank waits for a core or for another rank), the
 data time LiBai's eager trainer measures (``next(loader)`` + ``get_batch``, logged by LiBai
 for rank 0 only), and the load time (``next(loader)`` alone: reading and augmenting).
 Outside stage 0, ``get_batch`` includes waiting for stage 0's batch to arrive.
+
+With ``PROFILE_FROM=<n>`` in the environment, each rank also runs Python's profiler from its
+``n``-th step to the end and writes ``<output_dir>/profile_rank<R>.out`` (``benchmarks/step_profile.py``).
 """
+import cProfile
 import json
 import os
 import time
@@ -19,7 +25,8 @@ from libai_ext.engine import launch
 class PerRankTiming(HookBase):
     def __init__(self, output_dir):
         self.path = os.path.join(output_dir, f"timing_rank{dist.get_rank()}.json")
-        self.step_times, self.data_times, self.load_times, self._last = [], [], [], None
+        self.step_times, self.cpu_times, self.data_times, self.load_times = [], [], [], []
+        self._last = None
 
     def before_train(self):
         eager = self.trainer._trainer
@@ -40,22 +47,43 @@ class PerRankTiming(HookBase):
             yield batch
 
     def after_step(self):
-        now = time.perf_counter()
+        now = time.perf_counter(), time.process_time()
         if self._last is not None:
-            self.step_times.append(now - self._last)
+            self.step_times.append(now[0] - self._last[0])
+            self.cpu_times.append(now[1] - self._last[1])
         self._last = now
 
     def after_train(self):
         with open(self.path, "w") as f:
-            json.dump({"step_times": self.step_times, "data_times": self.data_times,
+            json.dump({"step_times": self.step_times, "cpu_times": self.cpu_times, "data_times": self.data_times,
                        "load_times": self.load_times}, f)
+
+
+class PerRankProfile(HookBase):
+    """Python's profiler over steps ``first`` to the end of training (all of each step's calls)."""
+
+    def __init__(self, output_dir, first):
+        self.path = os.path.join(output_dir, f"profile_rank{dist.get_rank()}.out")
+        self.first, self.steps, self.profiler = first, 0, cProfile.Profile()
+
+    def before_step(self):
+        self.steps += 1
+        if self.steps == self.first:
+            self.profiler.enable()
+
+    def after_train(self):
+        self.profiler.disable()
+        self.profiler.dump_stats(self.path)
 
 
 def main():
     args = default_argument_parser().parse_args()
     cfg, trainer_cls = launch.setup(args)
     trainer = launch.build_trainer(cfg, trainer_cls)
-    trainer.register_hooks([PerRankTiming(cfg.train.output_dir)])
+    hooks = [PerRankTiming(cfg.train.output_dir)]
+    if os.environ.get("PROFILE_FROM"):
+        hooks.append(PerRankProfile(cfg.train.output_dir, int(os.environ["PROFILE_FROM"])))
+    trainer.register_hooks(hooks)
     launch.train(cfg, trainer_cls, trainer)
 
 

@@ -1,16 +1,23 @@
 """Stock DefaultTrainer vs ConsistentBatchTrainer (default path and stage-0-only loading).
 
     .venv/bin/python benchmarks/trainer_overhead.py [--iters 60] [--repeats 2] [--ranks 2 4 8] [--model demo|gpt2]
+        [--variants stock consistent consistent+stage0-only layout_invariant]
 
 Trains the demo model (configs/demo_pipeline_cpu.py, augmentation and mixup on, no evaluation),
 or with `--model gpt2` LiBai's GPT-2 pretraining (configs/libai_gpt2_cpu.py, every dropout on,
 fusions off: stock LiBai has no CPU kernel for them), on 2 ranks (pp2), 4 ranks (dp2 x pp2) and
 8 ranks (dp2 x tp2 x pp2).  The four variants run interleaved, `--repeats` times, in one
-invocation.  Reports the median step time on rank 0 (after `--warmup` iterations) and, per
-stage, the median load time (`next(loader)`: reading + augmentation), on stage 0 `get_batch`
-(data time minus load: mixup and making the batch global), and LiBai's data time (load +
-`get_batch`, which outside stage 0 includes waiting for stage 0's batch), with ratios to stock, and each
-step time's spread over the repeats and its ratio to the fast path that loads on stage 0 only.
+invocation, each repeat starting one variant later (no variant always runs first or last).
+
+Reports per variant: rank 0's median step time (after `--warmup` iterations), its spread over
+the repeats and its ratios to stock and to the fast path that loads on stage 0 only; the CPU
+time of a step summed over all ranks (each rank's median) and the cores that keeps busy (CPU /
+step time): with more ranks than cores it stays near the core count (1.9-2.1 on this 2-core
+host, OneFlow's threads keep busy while a rank waits), and a lower figure means something else
+took the cores, so that run's times are suspect.  Per stage: the median load time
+(`next(loader)`: reading + augmentation), on stage 0 `get_batch` (data time minus load: mixup
+and making the batch global), and LiBai's data time (load + `get_batch`, which outside stage 0
+includes waiting for stage 0's batch), with ratios to stock.
 Writes benchmarks/results/trainer_overhead.md (`--model gpt2`: trainer_overhead_gpt2.md).
 """
 import argparse
@@ -50,7 +57,7 @@ MODELS = {
 }
 
 
-def run(model, nproc, variant, iters, workdir, data):
+def run(model, nproc, variant, iters, workdir, data, env=None):
     dp, tp, pp = LAYOUTS[nproc]
     output = os.path.join(workdir, f"{nproc}-{variant}")
     args = [*MODELS[model](data), *VARIANTS[variant],
@@ -59,7 +66,7 @@ def run(model, nproc, variant, iters, workdir, data):
             f"train.dist.data_parallel_size={dp}", f"train.dist.tensor_parallel_size={tp}",
             f"train.dist.pipeline_parallel_size={pp}"]
     launch(os.path.join(ROOT, "benchmarks", "timed_train_net.py"), nproc, args, timeout=900,
-           workdir=output + "-logs")
+           workdir=output + "-logs", env=env)
     timings = {}
     for rank in range(nproc):
         with open(os.path.join(output, f"timing_rank{rank}.json")) as f:
@@ -76,31 +83,55 @@ def stage_medians(timings, nproc, key, warmup):
 
 
 def summarize(timings, nproc, warmup):
+    """``(rank 0's step time, CPU time of a step summed over ranks, {key: per-stage medians})``."""
     step = statistics.median(timings[0]["step_times"][warmup:])
-    return step, {key: stage_medians(timings, nproc, key, warmup) for key in ("load_times", "data_times")}
+    cpu = sum(statistics.median(timings[rank]["cpu_times"][warmup:]) for rank in range(nproc))
+    return step, cpu, {key: stage_medians(timings, nproc, key, warmup) for key in ("load_times", "data_times")}
+
+
+def rotated(variants, repeat):
+    """The variants in the order of this repeat: each repeat starts one later."""
+    shift = repeat % len(variants)
+    return variants[shift:] + variants[:shift]
+
+
+def combine(runs):
+    """One variant's repeats: ``(median step, steps, median CPU, {key: {stage: median}})``."""
+    times = runs[0][2]
+    return (statistics.median(step for step, _, _ in runs), [step for step, _, _ in runs],
+            statistics.median(cpu for _, cpu, _ in runs),
+            {key: {stage: statistics.median(t[key][stage] for _, _, t in runs) for stage in times[key]}
+             for key in times})
 
 
 def later_stages(by_stage):
     return statistics.mean(v for stage, v in by_stage.items() if stage > 0)
 
 
+def ratio(value, reference):
+    return "-" if reference is None else f"{value / reference:.3f}"
+
+
 def table(results):
     lines = ["| ranks (dp,tp,pp) | trainer | step time (s) | min-max over repeats | step / stock | step / fast "
+             "| CPU s per step, all ranks | cores busy "
              "| load ms, stage 0 | get_batch ms, stage 0 | load ms, other stages | other stages' load / stock "
              "| data_time ms, other stages | other stages' data_time / stock |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for nproc, by_variant in results.items():
-        stock_step, _, stock = by_variant["stock"]
-        fast_step, _, _ = by_variant[FAST]
-        for variant, (step, steps, times) in by_variant.items():
+        stock_step, _, _, stock = by_variant.get("stock", (None, None, None, None))
+        fast_step = by_variant[FAST][0] if FAST in by_variant else None
+        for variant, (step, steps, cpu, times) in by_variant.items():
             load, data = later_stages(times["load_times"]), later_stages(times["data_times"])
+            stock_load = later_stages(stock["load_times"]) if stock else None
+            stock_data = later_stages(stock["data_times"]) if stock else None
             lines.append(
                 f"| {nproc} {LAYOUTS[nproc]} | {variant} | {step:.3f} | {min(steps):.3f}-{max(steps):.3f} "
-                f"| {step / stock_step:.3f} | {step / fast_step:.3f} "
+                f"| {ratio(step, stock_step)} | {ratio(step, fast_step)} "
+                f"| {cpu:.2f} | {cpu / step:.2f} "
                 f"| {1e3 * times['load_times'][0]:.2f} "
                 f"| {1e3 * (times['data_times'][0] - times['load_times'][0]):.2f} | {1e3 * load:.3f} "
-                f"| {load / later_stages(stock['load_times']):.4f} | {1e3 * data:.2f} "
-                f"| {data / later_stages(stock['data_times']):.3f} |")
+                f"| {ratio(load, stock_load)} | {1e3 * data:.2f} | {ratio(data, stock_data)} |")
     return "\n".join(lines)
 
 
@@ -111,6 +142,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--model", choices=sorted(MODELS), default="demo")
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS),
+                        help="default: all four (ratios to a variant left out read '-')")
     parser.add_argument("--out", default=None,
                         help="default: benchmarks/results/trainer_overhead.md (demo), trainer_overhead_<model>.md")
     args = parser.parse_args()
@@ -119,21 +152,20 @@ def main():
     workdir = tempfile.mkdtemp(prefix="overhead-")
     results = {}
     for nproc in args.ranks:
-        samples = {variant: [] for variant in VARIANTS}
+        samples = {variant: [] for variant in args.variants}
         for repeat in range(args.repeats):
-            for variant in VARIANTS:  # interleaved, so drift hits every variant alike
+            for variant in rotated(args.variants, repeat):  # interleaved, so drift hits every variant alike
                 timings = run(args.model, nproc, variant, args.iters, os.path.join(workdir, f"r{repeat}"), workdir)
                 samples[variant].append(summarize(timings, nproc, args.warmup))
-                print(f"{nproc} ranks, {variant}, repeat {repeat}: step {samples[variant][-1][0]:.3f} s", flush=True)
-        results[nproc] = {v: (statistics.median(step for step, _ in runs), [step for step, _ in runs],
-                              {key: {st: statistics.median(t[key][st] for _, t in runs) for st in runs[0][1][key]}
-                               for key in runs[0][1]})
-                          for v, runs in samples.items()}
+                step, cpu, _ = samples[variant][-1]
+                print(f"{nproc} ranks, {variant}, repeat {repeat}: step {step:.3f} s, CPU {cpu:.2f} s", flush=True)
+        results[nproc] = {variant: combine(runs) for variant, runs in samples.items()}
     text = table(results)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         f.write(f"Command: `.venv/bin/python benchmarks/trainer_overhead.py --model {args.model} --iters {args.iters} "
-                f"--warmup {args.warmup} --repeats {args.repeats} --ranks {' '.join(map(str, args.ranks))}`\n\n")
+                f"--warmup {args.warmup} --repeats {args.repeats} --ranks {' '.join(map(str, args.ranks))}"
+                + ("" if args.variants == list(VARIANTS) else f" --variants {' '.join(args.variants)}") + "`\n\n")
         f.write(text + "\n")
     print(text)
 
