@@ -1,8 +1,9 @@
 """tools/train_net.py plus per-rank timings: ``<output_dir>/timing_rank<R>.json``.
 
 Each rank records, per iteration: the step time (between consecutive ``after_step``), the
-CPU time this process spent in that interval (all its threads: ``time.process_time``; on an
-oversubscribed host it does not count time a rank waits for a core or for another rank), the
+CPU time this process spent in that interval (all its threads: ``time.process_time``; summed over
+ranks on a host with more ranks than cores it comes to about the cores times the step, so it tells
+whether the ranks had the cores to themselves, not how much work a step is), the
 data time LiBai's eager trainer measures (``next(loader)`` + ``get_batch``, logged by LiBai
 for rank 0 only), and the load time (``next(loader)`` alone: reading and augmenting).
 Outside stage 0, ``get_batch`` includes waiting for stage 0's batch to arrive.
