@@ -1,7 +1,7 @@
 """Where a training step's time goes, per variant: Python's profiler on every rank, side by side.
 
     .venv/bin/python benchmarks/step_profile.py [--model gpt2] [--ranks 8] [--iters 30] [--warmup 10]
-        [--variants consistent+stage0-only layout_invariant] [--top 12] [--out FILE]
+        [--variants consistent+stage0-only layout_invariant] [--top 8] [--out FILE]
 
 Runs the variants of ``benchmarks/trainer_overhead.py`` one after the other (same model, layout and
 options), each rank profiling its steps after ``--warmup`` (``benchmarks/timed_train_net.py`` with
