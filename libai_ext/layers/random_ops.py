@@ -22,6 +22,7 @@ import oneflow as flow
 
 from ..random import forward_draws as fd
 from ..random.audit import REFUSED
+from ..random.counter_rng import keep_threshold
 from ..random.forward_draws import Layout
 
 _DEFAULT_FLOAT = flow.float32
@@ -65,15 +66,44 @@ def _fill(x, values):
     return x
 
 
+def _unit(call, x, transform, open_interval=False):
+    """``transform(u)`` for ``u`` uniform in [0, 1) (``open_interval``: (0, 1)), float64, laid out like ``x``,
+    as ``x``'s dtype: from the counter stream (layout_invariant) or OneFlow's ``rand`` (fast)."""
+    layout = Layout.of(x)
+    draw = call.draw(layout)
+    if call.fast:
+        u = flow.rand(*x.shape, dtype=flow.float64, generator=fd.shard_generator_for(draw, layout),
+                      **_native_layout(x))
+        u = flow.clamp(u, min=2.0 ** -53) if open_interval else u
+        return layout.finish(transform(u).to(x.dtype))
+    unit = fd.unit_open if open_interval else fd.unit_closed_open
+    return fd.counter_values(draw, x.shape, layout, x.dtype, lambda bits: transform(unit(bits)))
+
+
 # ---- the dropout family ------------------------------------------------------------------------
 
 def _drop(call, x, p, mask_shape=None, mask_sbp=None, op=None):
-    """``x`` with a mask of rate ``p`` from the call's layer (``p=0``: x, ``p=1``: zeros)."""
+    """``x`` with a mask of rate ``p`` (``p=0``: x, ``p=1``: zeros): from the call's layer, or for a local
+    tensor from the call site's stream by global sample position (the layer's local masks are the same on
+    every rank, which data parallelism would repeat across its ranks' samples)."""
     if p == 0.0:
         return x
     if p == 1.0:
         return x * 0.0
+    if not x.is_global and not x.is_lazy and not call.fast:
+        return x * _local_mask(call, x, p, mask_shape, op)
     return call.layer(p, op).drop(x, mask_shape, mask_sbp)
+
+
+def _local_mask(call, x, p, mask_shape, op):
+    """0 or 1/(1-p) per element of a local tensor: the bits of the layer's stream, at the global sample
+    positions ``forward_draws`` gives a local draw; the scale in float32, then cast (as OneFlow's kernel)."""
+    threshold = keep_threshold(p)
+    layout = Layout.of(x)
+    draw = call.named_draw(call.layer(p, op).stream, layout)  # the bits the layer draws for the same call
+    keep = fd.counter_values(draw, tuple(mask_shape or x.shape), layout, flow.float32,
+                             lambda bits: (bits >= threshold).to(flow.float32))
+    return (keep * (1.0 / (1.0 - p))).to(x.dtype)
 
 
 def _dropout_stub(input, p=0.5, training=True, inplace=False, generator=None, *, addend=None):
@@ -298,14 +328,11 @@ def _bernoulli_stub(input, p=None, dtype=flow.float32, generator=None, inplace=F
 def _bernoulli(call, original, args, kwargs, inplace):
     a = _bind(_bernoulli_stub, args, kwargs)
     x = a["input"]
-    layout = Layout.of(x)
-    if call.fast:
-        return _fast(call, original, args, kwargs, layout)
+    inplace = inplace or a["inplace"]
     probability = float(a["p"]) if a["p"] is not None else x.detach().to(flow.float64)
-    dtype = x.dtype if inplace or a["inplace"] else a["dtype"]
-    draws = fd.uniform(call.draw(layout), x.shape, layout, flow.float64)
-    values = (draws < probability).to(dtype)
-    return _fill(x, values) if inplace or a["inplace"] else values
+    draws = _unit(call, x.detach().to(flow.float64), lambda u: u)
+    values = (draws < probability).to(x.dtype if inplace else a["dtype"])
+    return _fill(x, values) if inplace else values
 
 
 def bernoulli(call, original, args, kwargs):
@@ -326,13 +353,11 @@ def uniform_(call, original, args, kwargs):
         if theirs in options:
             options[ours] = options.pop(theirs)
     a = _bind(_uniform_stub, args, options)
-    x = a["x"]
-    layout = Layout.of(x)
-    if call.fast:
-        generator = fd.shard_generator_for(call.draw(layout), layout)
-        values = flow.rand(*x.shape, dtype=x.dtype, generator=generator, **_native_layout(x))
-        return _fill(x, layout.finish(values * (float(a["b"]) - float(a["a"])) + float(a["a"])))
-    return _fill(x, fd.uniform(call.draw(layout), x.shape, layout, x.dtype, float(a["a"]), float(a["b"])))
+    low, high = float(a["a"]), float(a["b"])
+    values = _unit(call, a["x"], lambda u: u * (high - low) + low)
+    if a["x"].dtype in (flow.float32, flow.float16, flow.bfloat16) and (low, high) == (0.0, 1.0):
+        values = flow.clamp(values, max=1.0 - 2.0 ** -24)  # [0, 1) after rounding to float32
+    return _fill(a["x"], values)
 
 
 def _native_layout(x):
@@ -347,14 +372,8 @@ def _exponential_stub(x, lambd=1.0, generator=None):
 
 def exponential_(call, original, args, kwargs):
     a = _bind(_exponential_stub, args, kwargs)
-    x = a["x"]
-    layout = Layout.of(x)
-    if call.fast:
-        return _fast(call, original, args, kwargs, layout)
     rate = float(a["lambd"])
-    values = fd.counter_values(call.draw(layout), x.shape, layout, x.dtype,
-                               lambda bits: flow.log(fd.unit_open(bits)) * (-1.0 / rate))
-    return _fill(x, values)
+    return _fill(a["x"], _unit(call, a["x"], lambda u: flow.log(u) * (-1.0 / rate), open_interval=True))
 
 
 def _gumbel_stub(x, tau=1.0, dim=None, hard=False, generator=None):
@@ -371,11 +390,7 @@ def gumbel_softmax(call, original, args, kwargs):
     with the soft sample's gradient (OneFlow's own formula)."""
     a = _bind(_gumbel_stub, args, kwargs)
     x = a["x"]
-    layout = Layout.of(x)
-    if call.fast:
-        return _fast(call, original, args, kwargs, layout)
-    gumbels = fd.counter_values(call.draw(layout), x.shape, layout, x.dtype,
-                                lambda bits: -flow.log(-flow.log(fd.unit_open(bits))))
+    gumbels = _unit(call, x, lambda u: -flow.log(-flow.log(u)), open_interval=True)
     soft = flow._C.softmax((x + gumbels) / float(a["tau"]), a["dim"])
     if not a["hard"]:
         return soft

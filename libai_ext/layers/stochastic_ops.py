@@ -12,10 +12,10 @@ frame outside OneFlow's own Python, e.g. the user line that called ``Tensor.unif
 
 * the dropout family draws from a ``libai_ext.layers.Dropout``: for LiBai's layers the one of the
   op's role (``conversion.ROLES``: the fused and unfused paths draw the same masks), for any other
-  module one per (call site, rate), named ``<module>:<op>@<function>+<line>/p=<p>``;
+  module one per (call site, rate), named ``<module>:<op>@<file>:<line>(<function>)/p=<p>``;
 * the other random ops (``rand``, ``randn``, ``randint``, ``randperm``, ``normal``,
   ``bernoulli``, ``uniform_``, ``exponential_``, ``gumbel_softmax``...) draw from a stream per call
-  site, ``<module>:<op>@<function>+<line>``, by each element's global position
+  site, ``<module>:<op>@<file>:<line>(<function>)``, by each element's global position
   (``random.forward_draws``);
 * ops no key can make layout-independent (``random.audit.REFUSED``: the RNNs' dropout, data
   readers, embedding stores) are refused under ``train.randomness="layout_invariant"``, naming the
@@ -94,10 +94,22 @@ def _locate(frame):
             module = _module_of(frame)
             if module is not None:
                 if module in _names:
-                    return module, site or frame, stray
+                    return module, site or _first_outside(frame), stray
                 stray = stray or module
         frame = frame.f_back
     return None
+
+
+def _first_outside(frame):
+    """The first frame from ``frame`` up that is not OneFlow's (the line that called a OneFlow module)."""
+    start = frame
+    for _ in range(_STACK_LIMIT):
+        if frame is None:
+            return start
+        if not _internal(frame.f_code):
+            return frame
+        frame = frame.f_back
+    return start
 
 
 class Call:
@@ -108,8 +120,8 @@ class Call:
         self.owner_name = _names[owner]
         code = site.f_code
         self.where = f"{code.co_filename}:{site.f_lineno} ({code.co_name})"
-        self._site = f"{code.co_name}+{site.f_lineno - code.co_firstlineno}"
-        self._site_key = (code.co_filename, code.co_firstlineno, self._site)
+        self._site = f"{os.path.basename(code.co_filename)}:{site.f_lineno}({code.co_name})"
+        self._site_key = (code.co_filename, site.f_lineno)
 
     @property
     def fast(self):
@@ -154,16 +166,18 @@ class Call:
     def draw(self, layout, part=""):
         """This call's ``forward_draws.Draw`` from the stream of its call site (``part``: one of several
         draws the op makes)."""
-        stream = self._own((self.op + part, self._site_key, None),
-                           lambda: _Stream(f"{self.owner_name}:{self.op}{part}@{self._site}"))
-        return stream.next_draw(layout)
+        return self.named_draw(f"{self.owner_name}:{self.op}{part}@{self._site}", layout)
+
+    def named_draw(self, name, layout):
+        """The next draw of the stream ``name`` at this call site."""
+        return self._own((name, self._site_key), lambda: _Stream(name)).next_draw(layout)
 
 
 class _Stream:
     """The draws of one call site (its name keys them; ``draws.CallCounter`` numbers them)."""
 
     def __init__(self, name):
-        self.name = name
+        self.stream = name
         self.counter = draws.CallCounter()
 
     def next_draw(self, layout):
@@ -171,16 +185,16 @@ class _Stream:
             traced = graph_calls.traced_draw(self, layout)
             if traced is None:
                 step, call, info = self.counter.next()
-                logger.warning(f"random op stream {self.name!r} traced outside libai_ext's GraphBase: its draw "
+                logger.warning(f"random op stream {self.stream!r} traced outside libai_ext's GraphBase: its draw "
                                "is frozen, every step of this graph draws the same values")
-                return forward_draws.Draw(self.name, step, call, None, lazy=True)
+                return forward_draws.Draw(self.stream, step, call, None, lazy=True)
             step_info, call = traced
             outer = draws.current_step()
             if outer is not None:  # the trainer's step: where the batch's rows are
                 step_info.batch_rows, step_info.data_parallel_rank = outer.batch_rows, outer.data_parallel_rank
-            return forward_draws.Draw(self.name, step_info.step, call, step_info, lazy=True)
+            return forward_draws.Draw(self.stream, step_info.step, call, step_info, lazy=True)
         step, call, info = self.counter.next()
-        return forward_draws.Draw(self.name, step, call, info)
+        return forward_draws.Draw(self.stream, step, call, info)
 
 
 # ---- the router ------------------------------------------------------------------------------------

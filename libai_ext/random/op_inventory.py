@@ -30,6 +30,7 @@ import inspect
 import os
 import re
 import textwrap
+import warnings
 
 import oneflow as flow
 
@@ -65,10 +66,19 @@ def oneflow_file(relative):
 
 # ---- the Python functional API, through its argument parser -----------------------------------------
 
+def _own(value):
+    """OneFlow's own function behind a wrapper that keeps it as ``__wrapped__`` (``random.oneflow_draws``)."""
+    inner = getattr(value, "__wrapped__", None)
+    return inner if inner is not None and type(inner).__name__ in _C_TYPES else value
+
+
+_C_TYPES = ("builtin_function_or_method", "method_descriptor")
+
+
 def python_functions():
     """``{name: function}`` of ``oneflow._C``'s functions (OneFlow's C functions only)."""
-    return {name: getattr(flow._C, name) for name in sorted(dir(flow._C))
-            if type(getattr(flow._C, name)).__name__ == "builtin_function_or_method"}
+    functions = {name: _own(getattr(flow._C, name)) for name in sorted(dir(flow._C))}
+    return {name: f for name, f in functions.items() if type(f).__name__ == "builtin_function_or_method"}
 
 
 def _signatures(message):
@@ -282,10 +292,10 @@ def seeded_user_ops():
 def aliases(functions):
     """``{function: ["oneflow.<name>", ...]}``: names in the public namespaces that *are* the function."""
     found = {name: [] for name in functions}
-    ids = {id(getattr(flow._C, name)): name for name in functions}
+    ids = {id(_own(getattr(flow._C, name))): name for name in functions}
     for prefix, namespace in NAMESPACES.items():
         for attribute in sorted(dir(namespace)):
-            name = ids.get(id(getattr(namespace, attribute, None)))
+            name = ids.get(id(_own(getattr(namespace, attribute, None))))
             if name is not None:
                 found[name].append(f"{prefix}.{attribute}")
     return found
@@ -304,7 +314,9 @@ def _called_names(function):
     """OneFlow names a function's code calls: ``flow._C.rand(...)`` -> ``rand``, ``self.uniform_(...)`` ->
     ``uniform_``, a bare ``normal_(...)``; not ``np.random.normal`` (numpy's), nor docstrings."""
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+        with warnings.catch_warnings():  # (escapes in OneFlow's docstrings)
+            warnings.simplefilter("ignore")
+            tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
     except (OSError, TypeError, SyntaxError):
         return set()
     names = set()
@@ -325,11 +337,11 @@ def _python_functions_of_oneflow():
     for prefix in PYTHON_NAMESPACES:
         namespace = importlib.import_module(prefix)
         for attribute in dir(namespace):
-            value = getattr(namespace, attribute, None)
+            value = _own(getattr(namespace, attribute, None))
             if inspect.isfunction(value):
                 found[f"{prefix}.{attribute}"] = value
     for attribute in dir(flow.Tensor):
-        value = getattr(flow.Tensor, attribute, None)
+        value = _own(getattr(flow.Tensor, attribute, None))
         if inspect.isfunction(value):
             found[f"oneflow.Tensor.{attribute}"] = value
     for attribute in dir(flow.nn):
@@ -360,7 +372,7 @@ def tensor_c_methods(functions):
     """``{method: function}``: ``Tensor`` methods implemented in C named after a function of the inventory
     (OneFlow binds them to that functional)."""
     return {name: name for name in sorted(dir(flow.Tensor))
-            if name in functions and type(getattr(flow.Tensor, name)).__name__ == "method_descriptor"}
+            if name in functions and type(_own(getattr(flow.Tensor, name))).__name__ == "method_descriptor"}
 
 
 def derive(drawing=None):
