@@ -217,6 +217,29 @@ def test_names_bound_at_import_tensor_methods_and_helpers_are_routed(routed, tmp
         assert not np.array_equal(model(x).numpy(), model(x).numpy())  # stock: every repeat differs
 
 
+class HoldsOneFlowsOwn(flow.nn.Module):
+    """Took ``rand`` before libai_ext wrapped it (an attribute; a default argument or a closure alike)."""
+
+    def __init__(self, rand):
+        super().__init__()
+        self.rand = rand
+
+    def forward(self, x):
+        return x + self.rand(*x.shape)
+
+
+def test_a_reference_taken_before_routing_is_refused_by_name_at_the_first_forward(routed):
+    model = HoldsOneFlowsOwn(flow._C.rand.__wrapped__)
+    routed.watch_model(model)
+    with pytest.raises(stochastic_ops.StochasticOpError, match=r"oneflow rand at .*test_random_ops.py:\d+ \(forward\)"):
+        with drawing_step(0):
+            model(flow.ones(2, 2))
+    fine = HoldsOneFlowsOwn(flow._C.rand)  # the name, looked up after routing: keyed
+    routed.watch_model(fine)
+    with drawing_step(0):
+        assert fine(flow.ones(2, 2)).shape == (2, 2)
+
+
 # ---- routed ops behave as OneFlow's -----------------------------------------------------------------
 
 class TwoRates(flow.nn.Module):

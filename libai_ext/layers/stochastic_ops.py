@@ -54,6 +54,7 @@ _ONEFLOW_DIR = os.path.dirname(flow.__file__) + os.sep
 _ROUTING_FILES = {os.path.abspath(m.__file__).rstrip("c") for m in (oneflow_draws, random_ops)} | \
     {os.path.abspath(__file__).rstrip("c")}
 _internal_files = {}
+_LIBAI_EXT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _STACK_LIMIT = 256
 
 
@@ -125,7 +126,9 @@ class Call:
 
     @property
     def fast(self):
-        return modes.randomness() == "fast"
+        """``"fast"`` eagerly; a graph draws the counter values in both modes (OneFlow 0.9.0's graph ignores
+        the generator a kernel is given, as ``layers.stochastic`` measured for dropout)."""
+        return modes.randomness() == "fast" and not oneflow_draws._lazy()
 
     def refuse(self, what):
         """Refuse (layout_invariant) or warn once per call site (fast, then returns)."""
@@ -243,11 +246,62 @@ def routed():
 def _enter(model, inputs):
     _check_one_model_per_prefix(model)
     oneflow_draws.forwards.append(model)
+    if _spotting is not None and _spotting[0]() is model:  # its first forward raised: that check ends
+        _stop_spotting(report=False)
+    if model not in _checked and _spotting is None and draws.current_step() is not None:
+        _checked.add(model)  # its first training forward: look for OneFlow's own random ops
+        _start_spotting(model)
 
 
 def _leave(model, inputs, output):
     if oneflow_draws.forwards:
         oneflow_draws.forwards.pop()
+    if _spotting is not None and _spotting[0]() is model:
+        _stop_spotting()
+
+
+# ---- the first forward: OneFlow's own random ops reached around the wrappers ------------------------
+
+_checked = weakref.WeakSet()
+_spotting = None  # (weakref to the root, the profile function it replaced, findings)
+
+
+def _start_spotting(model):
+    """Watch every C call of this forward (``sys.setprofile``, this thread): a reference to one of OneFlow's
+    random ops taken before the wrappers were installed (a default argument, a closure, an attribute)
+    calls it directly, and is refused by name when the forward ends."""
+    global _spotting
+    natives = oneflow_draws.originals()
+    methods = set(oneflow_draws.inventory()["tensor_methods"])
+    findings = []
+
+    def spot(frame, event, arg):
+        if event != "c_call":
+            return
+        name = natives.get(id(arg))
+        if name is None and getattr(arg, "__name__", None) in methods and isinstance(getattr(arg, "__self__", None),
+                                                                                     flow.Tensor):
+            name = f"Tensor.{arg.__name__}"
+        if name is not None and not os.path.abspath(frame.f_code.co_filename).startswith(_LIBAI_EXT_DIR):
+            findings.append(f"oneflow {name} at {frame.f_code.co_filename}:{frame.f_lineno} ({frame.f_code.co_name})")
+    _spotting = (weakref.ref(model), sys.getprofile(), findings)
+    sys.setprofile(spot)
+
+
+def _stop_spotting(report=True):
+    global _spotting
+    model, previous, findings = _spotting
+    _spotting = None
+    sys.setprofile(previous)
+    if not findings or not report:
+        return
+    message = (f"the forward of {type(model()).__name__} called OneFlow's own random ops through references "
+               f"taken before libai_ext routed them: {'; '.join(sorted(set(findings)))}. They draw from OneFlow's "
+               "generators, per rank and layout: call them by name (oneflow.rand, x.bernoulli(), ...)")
+    if modes.randomness() == "fast":
+        logger.warning(message + " (train.randomness='fast')")
+        return
+    raise StochasticOpError(message + " (train.randomness='layout_invariant')")
 
 
 def _check_one_model_per_prefix(model):

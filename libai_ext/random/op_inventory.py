@@ -245,20 +245,42 @@ def _normalized(name, cpp=False):
     return name.lower().replace("_", "") + ("inplace" if name.endswith("_") else "")
 
 
-def python_names_of(cpp_name, declaration_params, candidates):
+class _Schemas:
+    """The parser's answers about each function, asked once per derivation."""
+
+    def __init__(self, candidates):
+        self.candidates, self._listed, self._accepts, self._positional = candidates, {}, {}, {}
+
+    def listed(self, name):
+        if name not in self._listed:
+            self._listed[name] = _listed_schemas(self.candidates[name])
+        return self._listed[name]
+
+    def accepts(self, name, parameter):
+        if (name, parameter) not in self._accepts:
+            self._accepts[(name, parameter)] = accepts(self.candidates[name], parameter)
+        return self._accepts[(name, parameter)]
+
+    def positional(self, name):
+        if name not in self._positional:
+            self._positional[name] = _positional_count(self.candidates[name]) or 0
+        return self._positional[name]
+
+
+def python_names_of(cpp_name, declaration_params, schemas):
     """The ``oneflow._C`` functions a registry declaration is bound to: a schema with exactly its
     parameters (the parser's list where it has several; else every parameter accepted and no more
     positional ones), then, where several remain, those whose name is the longest part of the
     declaration's (``RandN``: ``randn``, not ``rand``; ``Dropout2d``: ``dropout2d``)."""
     names = {param for _, param in declaration_params}
     exact = []
-    for name, function in candidates.items():
-        schemas = _listed_schemas(function)
-        if schemas is not None:
-            matched = names in schemas
+    for name in schemas.candidates:
+        listed = schemas.listed(name)
+        if listed is not None:
+            matched = names in listed
         else:  # the last parameters (generator, dropout) rule most functions out first
-            matched = all(accepts(function, param) for _, param in reversed(declaration_params)) and \
-                (_positional_count(function) or 0) <= len(names)
+            matched = all(schemas.accepts(name, param) for _, param in reversed(declaration_params)) and \
+                schemas.positional(name) <= len(names)
         if matched:
             exact.append(name)
     named = [n for n in exact if _normalized(n) in _normalized(cpp_name, cpp=True)]
@@ -380,12 +402,12 @@ def derive(drawing=None):
 
     ``drawing``: ``{function: True/False}`` from the tool's calls (``drew_from_default_generator``);
     without it the inventory holds what the registries and the parser show."""
-    candidates = python_functions()
-    evidence = {name: ["generator parameter"] for name in generator_functions()}
+    schemas = _Schemas(python_functions())
+    evidence = {name: ["generator parameter"] for name in schemas.candidates if schemas.accepts(name, "generator")}
     declarations = dict(functional_declarations())
     by_registry = {}
     for cpp, why in drawing_declarations().items():
-        names = python_names_of(cpp, declarations[cpp], candidates)
+        names = python_names_of(cpp, declarations[cpp], schemas)
         by_registry[cpp] = names
         for name in names:
             if why != "generator parameter":
