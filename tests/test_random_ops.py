@@ -161,6 +161,21 @@ def test_routed_results_have_oneflows_dtypes_and_shapes(routed, probe):
         assert (routed_out[name].dtype, routed_out[name].shape) == (stock.dtype, stock.shape), name
 
 
+@pytest.mark.parametrize("shape, lo, hi, micro", [((32, 256), (0, 0), (32, 256), None), ((8, 6, 4), (2, 1, 0), (6, 5, 4), None),
+                                                  ((16, 6), (4, 0), (12, 6), 1), ((3, 2 ** 31 + 5), (1, 2 ** 31 - 2),
+                                                                                  (3, 2 ** 31 + 5), None)])
+def test_the_host_computes_the_bits_of_the_tensor_ops(shape, lo, hi, micro):
+    """``forward_draws.host_bits`` (numpy words, CPU draws) and ``counter_rng.local_counter_bits`` (int32
+    tensor ops, any device): the same bits, slices, micro-batches of a step and indices past 2**32 alike."""
+    from libai_ext.random import counter_rng, forward_draws
+    from libai_ext.random.global_index import StepRows
+
+    keys = counter_rng.stream_keys(3, "a stream", 5, 2)
+    rows = None if micro is None else StepRows(2, micro, 2)
+    np.testing.assert_array_equal(forward_draws.host_bits(shape, lo, hi, keys, rows).numpy(),
+                                  counter_rng.local_counter_bits(shape, lo, hi, keys, device="cpu", rows=rows).numpy())
+
+
 def test_local_draws_under_data_parallelism_are_the_samples_rows_of_one_draw(probe):
     """Simulated ranks: rank r's local batch-shaped draw is rows [8r, 8r + 8) of one 32-row draw."""
     for name in ("oneflow.rand", "oneflow.Tensor.bernoulli", "oneflow.nn.functional.dropout", "oneflow.nn.FusedMLP"):

@@ -22,14 +22,20 @@ import oneflow as flow
 
 from ..random import forward_draws as fd
 from ..random.audit import REFUSED
-from ..random.counter_rng import keep_threshold
+from ..random.counter_rng import local_keep_mask
 from ..random.forward_draws import Layout
 
 _DEFAULT_FLOAT = flow.float32
 
 
+_signatures = {}
+
+
 def _bind(stub, args, kwargs):
-    bound = inspect.signature(stub).bind(*args, **kwargs)
+    signature = _signatures.get(stub)
+    if signature is None:
+        signature = _signatures[stub] = inspect.signature(stub)
+    bound = signature.bind(*args, **kwargs)
     bound.apply_defaults()
     return bound.arguments
 
@@ -98,12 +104,10 @@ def _drop(call, x, p, mask_shape=None, mask_sbp=None, op=None):
 def _local_mask(call, x, p, mask_shape, op):
     """0 or 1/(1-p) per element of a local tensor: the bits of the layer's stream, at the global sample
     positions ``forward_draws`` gives a local draw; the scale in float32, then cast (as OneFlow's kernel)."""
-    threshold = keep_threshold(p)
-    layout = Layout.of(x)
-    draw = call.named_draw(call.layer(p, op).stream, layout)  # the bits the layer draws for the same call
-    keep = fd.counter_values(draw, tuple(mask_shape or x.shape), layout, flow.float32,
-                             lambda bits: (bits >= threshold).to(flow.float32))
-    return (keep * (1.0 / (1.0 - p))).to(x.dtype)
+    draw = call.named_draw(call.layer(p, op).stream, Layout.of(x))  # the bits the layer draws for the same call
+    whole, lo, hi, rows = draw.local_box(tuple(mask_shape or x.shape))
+    keep = local_keep_mask(whole, lo, hi, draw.keys(), p, 1.0 / (1.0 - p), x.device, flow.float32, rows)
+    return keep.to(x.dtype)
 
 
 def _dropout_stub(input, p=0.5, training=True, inplace=False, generator=None, *, addend=None):

@@ -22,7 +22,7 @@ step, the call within the micro-step):
 import numpy as np
 import oneflow as flow
 
-from . import modes
+from . import counter_spec, global_index, modes
 from .counter_rng import call_keys, counter_bits, local_counter_bits, stream_words
 from .global_index import StepRows, shard_box
 from .devices import own_cuda_device
@@ -117,6 +117,27 @@ class Draw:
 
 # ---- "layout_invariant": counter bits of the global index ---------------------------------------------
 
+def host_bits(shape, lo, hi, keys, rows=None):
+    """``local_counter_bits`` computed on the host: the specification's permutation (``counter_spec``) on
+    numpy words of each element's global index, one vectorised pass instead of a chain of tensor ops
+    (the same bits: ``tests/test_random_ops.py``), as an int32 CPU tensor."""
+    terms = global_index.slice_terms(shape, lo, hi, rows)
+    flat = np.zeros([len(t) for t in terms], dtype=np.int64)
+    for d, term in enumerate(terms):
+        flat += term.reshape([-1 if i == d else 1 for i in range(len(terms))])
+    flat = flat.reshape([int(b) - int(a) for a, b in zip(lo, hi)])
+    unsigned = [int(k) & counter_spec.MASK32 for k in keys]
+    words = counter_spec.permute((flat & counter_spec.MASK32).astype(np.uint64), unsigned,
+                                 (flat >> 32).astype(np.uint64))
+    return flow.from_numpy(np.ascontiguousarray(words.astype(np.uint32).view(np.int32)))
+
+
+def _local_bits(shape, lo, hi, keys, device, rows):
+    if device.type == "cpu":
+        return host_bits(shape, lo, hi, keys, rows)
+    return local_counter_bits(shape, lo, hi, keys, device=device, rows=rows)
+
+
 def counter_values(draw, shape, layout, dtype, transform, streams=1):
     """``transform(*bit tensors)`` (int32 bits of ``streams`` keyed streams), as ``dtype`` in ``layout``."""
     shape = tuple(int(s) for s in shape)
@@ -132,8 +153,7 @@ def counter_values(draw, shape, layout, dtype, transform, streams=1):
         box = shard_box(shape, layout.placement, sbp)
         if box is not None:  # this rank's box, from local ops, into its part of the global tensor
             target = out.to_local()
-            bits = [local_counter_bits(shape, *box, draw.keys(k), device=target.device, rows=rows)
-                    for k in range(streams)]
+            bits = [_local_bits(shape, *box, draw.keys(k), target.device, rows) for k in range(streams)]
             flow._C.assign_local_tensor(target, transform(*bits).to(dtype))
         return layout.finish(out)
     whole, lo, hi, rows = draw.local_box(shape)
@@ -142,8 +162,7 @@ def counter_values(draw, shape, layout, dtype, transform, streams=1):
             raise LayoutDependentDraw(f"a local tensor of shape {shape} drawn under data parallelism inside nn.Graph")
         bits = [counter_bits(shape, draw.keys(k), device=layout.device, rows=rows) for k in range(streams)]
     else:
-        bits = [local_counter_bits(whole, lo, hi, draw.keys(k), device=layout.device, rows=rows)
-                for k in range(streams)]
+        bits = [_local_bits(whole, lo, hi, draw.keys(k), layout.device, rows) for k in range(streams)]
     return transform(*bits).to(dtype)
 
 
