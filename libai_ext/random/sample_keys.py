@@ -109,9 +109,9 @@ class KeyedDrawOnGPU(RuntimeError):
 def preserved_streams(oneflow=True):
     """The caller's python, numpy and (``oneflow``) OneFlow CPU streams, put back on leaving.
 
-    ``oneflow=False`` for batches that draw nothing from OneFlow (``data.KeyedAugmentation`` learns
-    which): OneFlow's state is then neither read nor written, and nothing waits for its queued
-    kernels, so the batch is read while the previous training step still runs.
+    ``oneflow=False`` for code known to draw nothing from OneFlow: OneFlow's state is then neither
+    read nor written, and nothing waits for its queued kernels.  (``data.KeyedAugmentation`` keys
+    OneFlow for every batch: what a dataset draws from OneFlow cannot be known in advance.)
 
     Draws on the GPU are refused, not keyed: re-seeding this rank's CUDA generator per sample
     would make OneFlow wait for the device at every sample, and putting the caller's CUDA stream
