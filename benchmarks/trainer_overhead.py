@@ -65,7 +65,7 @@ BASELINE = " (baseline)"
 def run(model, nproc, variant, iters, workdir, data, env=None, root=ROOT):
     """One training run of ``variant`` (``root``: the checkout whose libai_ext, configs and timing script run)."""
     dp, tp, pp = LAYOUTS[nproc]
-    output = os.path.join(workdir, f"{nproc}-{variant}".replace(" ", "_"))
+    output = os.path.join(workdir, f"{nproc}-{variant}".replace(BASELINE, "-baseline"))  # (a path Hydra takes)
     model_args = [arg.replace(ROOT, root) for arg in MODELS[model](data)]
     args = [*model_args, *VARIANTS[variant.replace(BASELINE, "")],
             f"train.train_iter={iters}", "train.evaluation.enabled=False", "train.log_period=1000",
