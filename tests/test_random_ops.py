@@ -185,6 +185,13 @@ def test_local_draws_under_data_parallelism_are_the_samples_rows_of_one_draw(pro
             np.testing.assert_allclose(part, whole[rank * ROWS:(rank + 1) * ROWS], rtol=1e-6, err_msg=name)
 
 
+def test_a_local_draw_of_the_whole_batch_is_the_same_on_every_data_parallel_rank(probe):
+    whole = drawn(probe, "oneflow.rand", LOCAL, 2 * ROWS, batch_rows=2 * ROWS)
+    for rank in range(2):
+        np.testing.assert_array_equal(drawn(probe, "oneflow.rand", LOCAL, 2 * ROWS, data_parallel=2,
+                                            batch_rows=2 * ROWS, data_parallel_rank=rank), whole)
+
+
 def test_a_local_draw_that_is_not_the_batch_is_refused_under_data_parallelism(probe):
     with pytest.raises(stochastic_ops.StochasticOpError, match=r"randperm.*local tensor of shape \(12,\).*"
                                                                r"random_op_cases.py:\d+"):

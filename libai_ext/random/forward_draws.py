@@ -12,7 +12,8 @@ step, the call within the micro-step):
   tensor (no communication); a graph traces global ops from its step input
   (``layers.graph_calls``).  A local tensor is the same on every rank, except under data
   parallelism, where a tensor whose dim 0 is this rank's rows of the micro-batch is keyed by the
-  samples' global positions; any other local draw is refused (``LayoutDependentDraw``).  Under
+  samples' global positions (one whose dim 0 is the whole micro-batch is drawn alike on every rank);
+  any other local draw is refused (``LayoutDependentDraw``).  Under
   gradient accumulation a tensor whose dim 0 is the micro-batch numbers its rows by their place
   in the step's global batch (``global_index.StepRows``); other shapes draw the same values in
   every micro-batch, as 1 rank draws them once for the whole batch.
@@ -104,11 +105,14 @@ class Draw:
             return shape, [0] * len(shape), list(shape), self.rows(shape[0] if shape else 0,
                                                                   info.batch_rows if info else None)
         per_rank = None if info.batch_rows is None else info.batch_rows // data_parallel
+        if shape[0] == info.batch_rows:  # the whole batch, held by every rank: drawn alike on each
+            return shape, [0] * len(shape), list(shape), self.rows(shape[0], info.batch_rows)
         if shape[0] != per_rank:
             raise LayoutDependentDraw(
                 f"a local tensor of shape {tuple(shape)} drawn under data parallelism ({data_parallel} ranks): its "
-                f"dim 0 is not this rank's {per_rank} rows of the batch, so no global position keys it (draw it as a "
-                "global tensor, e.g. with placement=x.placement, sbp=x.sbp)")
+                f"dim 0 is neither this rank's {per_rank} rows of the batch nor the whole batch's {info.batch_rows}, "
+                "so no global position keys it (draw it as a global tensor, e.g. with placement=x.placement, "
+                "sbp=x.sbp)")
         first = info.data_parallel_rank * per_rank
         whole = (per_rank * data_parallel,) + tuple(shape[1:])
         return whole, [first] + [0] * (len(shape) - 1), [first + per_rank] + list(shape[1:]), \
