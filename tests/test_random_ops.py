@@ -610,3 +610,16 @@ def test_on_four_ranks_stock_draws_differ_from_one_rank_or_fail(four_ranks, prob
         if not differs:
             same_everywhere.append(name)
     assert same_everywhere == ["oneflow._C.randint_like", "oneflow.randint_like"]
+
+
+class WrongArguments(flow.nn.Module):
+    def forward(self, x):
+        return flow.nn.functional.dropout(x, 0.5, True, False, None, None, 7)
+
+
+def test_a_call_oneflow_refuses_gets_oneflows_own_error(routed):
+    model = WrongArguments()
+    routed.watch_model(model)
+    with pytest.raises(TypeError, match="dropout\\(\\): takes"):
+        with drawing_step(0):
+            model(flow.ones(2, 2))

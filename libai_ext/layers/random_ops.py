@@ -31,11 +31,18 @@ _DEFAULT_FLOAT = flow.float32
 _signatures = {}
 
 
+class ArgumentsNotRead(TypeError):
+    """Arguments this module's copy of OneFlow's schema does not take (OneFlow's own error says more)."""
+
+
 def _bind(stub, args, kwargs):
     signature = _signatures.get(stub)
     if signature is None:
         signature = _signatures[stub] = inspect.signature(stub)
-    bound = signature.bind(*args, **kwargs)
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError as error:
+        raise ArgumentsNotRead(str(error)) from None
     bound.apply_defaults()
     return bound.arguments
 

@@ -48,7 +48,7 @@ _names = weakref.WeakKeyDictionary()    # module of a watched model -> its strea
 _roots = []                             # weakrefs to watched roots, in the order they were watched
 _prefixes = weakref.WeakKeyDictionary()  # root -> the prefix of its streams ("" for the trainer's)
 _entered = {}                           # prefix -> (step token, weakref to the root that ran in that step)
-_streams = weakref.WeakKeyDictionary()  # module -> {(op, site, p): Dropout or stream}
+_streams = weakref.WeakKeyDictionary()  # module -> {key of a call site's stream: Dropout or _Stream}
 _warned_sites = set()
 _ONEFLOW_DIR = os.path.dirname(flow.__file__) + os.sep
 _ROUTING_FILES = {os.path.abspath(m.__file__).rstrip("c") for m in (oneflow_draws, random_ops)} | \
@@ -135,7 +135,7 @@ class Call:
         message = (f"{what} at {self.where}, in the forward of {self.owner_name} "
                    f"({type(self.owner).__name__}): libai_ext cannot key it by global position, so training "
                    "would depend on the parallel layout")
-        if not self.fast:
+        if modes.randomness() != "fast":
             raise StochasticOpError(message + " (train.randomness='layout_invariant'; see docs/randomness.md "
                                     "for what each op does, or use train.randomness='fast')")
         if self.where not in _warned_sites:
@@ -223,7 +223,11 @@ def route(name, original, args, kwargs):
         return handler(call, original, args, kwargs)
     except forward_draws.LayoutDependentDraw as error:
         call.refuse(f"oneflow {op}: {error}")
-        return original(*args, **kwargs)
+    except random_ops.ArgumentsNotRead as error:
+        result = original(*args, **kwargs)  # OneFlow's own error where the call is wrong
+        call.refuse(f"oneflow {op} with arguments libai_ext cannot read ({error})")
+        return result
+    return original(*args, **kwargs)
 
 
 def route_stochastic_ops():
