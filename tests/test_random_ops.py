@@ -539,6 +539,39 @@ def test_keyed_augmentation_gives_a_sample_the_same_draws_whatever_the_read_orde
     assert not np.array_equal(plain[4], [plain[9], plain[4]][1])
 
 
+class SometimesOneFlow(flow.utils.data.Dataset):
+    """numpy noise on every sample; from index 40 on, OneFlow noise too, through a reference to OneFlow's own
+    ``rand`` taken before any wrapper (no name to see)."""
+
+    own_rand = flow._C.rand.__wrapped__ if hasattr(flow._C.rand, "__wrapped__") else flow._C.rand
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, index):
+        value = float(np.random.rand())
+        if index >= 40:
+            value += float(self.own_rand(1).numpy()[0])
+        return value
+
+
+def test_keyed_augmentation_sees_a_oneflow_draw_in_the_generator_not_in_a_name():
+    """Batches that draw nothing from OneFlow leave it unkeyed; the first one that draws is read again with
+    OneFlow keyed, and so are the later ones: every value is that of the same dataset keyed in full."""
+    from libai_ext.data import KeyedAugmentation
+    from libai_ext.data.global_order import EpochBatch
+
+    learning = KeyedAugmentation(SometimesOneFlow(), 3)
+    in_full = KeyedAugmentation(SometimesOneFlow(), 3)
+    in_full.draws_from_oneflow = True
+    seen = []
+    for start in (0, 8, 16, 40, 48):
+        batch = EpochBatch(list(range(start, start + 8)), epoch=0)
+        assert learning[batch] == in_full[batch], start
+        seen.append(learning.draws_from_oneflow)
+    assert seen == [False, False, False, True, True]
+
+
 # ---- on 4 ranks -----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
