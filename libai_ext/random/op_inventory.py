@@ -461,20 +461,27 @@ def scan_default_generator_draws(python=None):
     OpExpr), each called in a child process; a function that aborts OneFlow or hangs counts as not drawing
     and the scan goes on in a new child from the next one."""
     import json
-    import select
+    import queue
     import subprocess
     import sys
+    import threading
 
     python = python or sys.executable
     pending = [n for n in python_functions() if not n.startswith("dispatch_")]
     results = {}
     while pending:
-        child = subprocess.Popen([python, "-m", __name__, "--scan-child", *pending], stdout=subprocess.PIPE,
+        child = subprocess.Popen([python, "-m", "libai_ext.random.op_inventory", "--scan-child", *pending],
+                                 stdout=subprocess.PIPE,
                                  stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        lines = queue.Queue()  # a reader thread: a hung op must not block the wait for its next line
+        threading.Thread(target=lambda: [lines.put(line) for line in child.stdout] + [lines.put("")],
+                         daemon=True).start()
         current = None
         while True:
-            ready, _, _ = select.select([child.stdout], [], [], _SCAN_TIMEOUT_S)
-            line = child.stdout.readline() if ready else ""
+            try:
+                line = lines.get(timeout=_SCAN_TIMEOUT_S)
+            except queue.Empty:
+                break
             if not line:
                 break
             word, *rest = line.split() or [""]
