@@ -10,8 +10,10 @@ keys someone reads:
   nobody reads by key (LiBai hands it on whole, e.g. ``graph.auto_parallel``) is not looked into;
 * a ``LazyCall`` (``model``, ``optim``, ``dataloader.train``, ``train.scheduler``, datasets,
   transforms, ...): the parameters of its ``_target_``; for a LiBai model built from
-  ``cfg=dict(...)`` (``@configurable``), the keys of that dict against the model's constructor and
-  what its ``from_config`` reads.  A callable that takes ``**kwargs`` accepts any key.
+  ``cfg=dict(...)`` (``@configurable``, or a head that hands ``cfg`` to one), the keys of that dict
+  against the constructors and ``from_config`` of the models it builds, and of LiBai's other models
+  (LiBai's configs share one dict between a family's heads).  A callable that takes ``**kwargs``
+  and uses them accepts any key.
 
 Each unknown key is named with the closest known one ("train.randomnes: not a key LiBai or
 libai_ext reads; did you mean train.randomness?").  ``guard_config_keys`` warns (rank 0, once per
