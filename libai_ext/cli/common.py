@@ -14,6 +14,7 @@ from .. import __version__
 
 OVERRIDES_DEST = "opts"
 EXIT_USAGE = 2
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # What the tools call "stock" (train.trainer=libai.engine.DefaultTrainer): LiBai's trainer, not LiBai's tool.
 STOCK_TRAINER = "libai.engine.DefaultTrainer"
 STOCK_MEANING = ("stock: LiBai's own DefaultTrainer, run through libai_ext's train_net, so with libai_ext's repairs "
@@ -25,7 +26,6 @@ def is_stock(trainer):
     """``train.trainer`` (a dotted path or a class) names LiBai's own DefaultTrainer."""
     name = trainer if isinstance(trainer, str) else f"{trainer.__module__}.{trainer.__qualname__}"
     return name in (STOCK_TRAINER, "libai.engine.default.DefaultTrainer")
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def is_override(word):
