@@ -68,10 +68,11 @@ times. What the figures mean, and where a training step's time goes: [performanc
 it, so single timings swing from run to run; runs with more than 2 ranks oversubscribe the cores. No figure comes from
 a GPU.
 
-**Measuring again.** Each command rewrites its results file on purpose (its `--out`; without `--out` a script only
-prints). On a quiet machine, and with more repeats (`--repeats`), the ratios tighten. Then
-`.venv/bin/python {this}` rewrites this page; `tests/test_docs.py` fails while the page is out of
-date.
+**Measuring again.** A command below that names its results file (`--out benchmarks/results/...`), and each shell
+script, rewrites that tracked file, on purpose; to measure without touching it, give `--out` (`OUT=` for the shell
+scripts) a path under `output/`. Two files were recorded from a command's printed output, and say so. On a quiet machine,
+and with more repeats (`--repeats`), the ratios tighten. After a results file changes,
+`.venv/bin/python {this}` rewrites this page; `tests/test_docs.py` fails while the page is out of date.
 
 Figures of training runs live with their explanation: the pipeline experiment ([experiment.md](experiment.md)), the
 curves on every layout ([layout_invariance.md](layout_invariance.md)), LiBai's models on every layout
