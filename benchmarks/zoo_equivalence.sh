@@ -2,7 +2,8 @@
 # LiBai's own models on every layout from the seed alone, plugin and stock side by side:
 # LiBai's GPT-2 (GPT2Dataset over text LiBai's preprocess tool indexed), BERT (BertDataset), ViT and Swin (the digits,
 # random crop + mixup/cutmix), every dropout and drop-path on, one global batch per config on every layout.
-# Writes benchmarks/results/zoo_equivalence.md and one loss-curve PNG per config under docs/.
+# Rewrites the tracked benchmarks/results/zoo_equivalence.md and one loss-curve PNG per config under docs/, on purpose
+# (the figures of docs/zoo_equivalence.md); OUT=<file> and PLOT=<png> write elsewhere.
 #   benchmarks/zoo_equivalence.sh            # ITERS=20
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,8 +28,10 @@ run() {  # a title, the tool's arguments; prints the command and the tables
 {
     echo "# LiBai's own models: per-iteration raw loss vs 1 rank, $ITERS iterations, from the seed alone"
     echo
-    echo "Produced by \`benchmarks/zoo_equivalence.sh\` ($(date -u +%Y-%m-%d), $($PYTHON -c 'import libai; print("LiBai", getattr(libai, "__version__", "?"))' 2>/dev/null), 2 shared CPU cores)."
-    run "train.trainer=libai_ext.ConsistentBatchTrainer" "${COMMON[@]}" --plot docs/zoo_equivalence.png \
+    echo "Command: \`$([ "$ITERS" = 20 ] || echo "ITERS=$ITERS ")benchmarks/zoo_equivalence.sh\`"
+    echo "Host: $(hostname), $(nproc) CPU cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at the start;" \
+        "$($PYTHON -c 'import libai; print("LiBai", getattr(libai, "__version__", "?"))' 2>/dev/null)"
+    run "train.trainer=libai_ext.ConsistentBatchTrainer" "${COMMON[@]}" --plot "${PLOT:-docs/zoo_equivalence.png}" \
         --workdir output/zoo_equivalence/plugin train.trainer=libai_ext.ConsistentBatchTrainer
     # Stock LiBai has no CPU kernel for the fused dropouts (libai_ext routes them): its text models run with the
     # fusions off, its Swin (which hard-codes them) cannot run on CPU at all.
