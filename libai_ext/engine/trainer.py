@@ -8,7 +8,7 @@ from libai.config.lazy import locate
 from libai.engine import DefaultTrainer
 from libai.utils import distributed as dist
 
-from ..compat import fill_missing_config_keys, get_batch_api
+from ..compat import fill_missing_config_keys, get_batch_api, graph_proxy_v0_1
 from ..compat.layout import placement_data_parallel_rank
 from ..data.position import KEY as DATA_POSITION
 from ..layers import convert_stochastic_layers, name_stochastic_layers, stochastic_ops
@@ -19,6 +19,7 @@ from .batch import consistent_batch
 from .checkpoint import use_committed_checkpoints, with_committed_retention
 from .config_checks import recording_layer_indices, warn_on_pipeline_layer_mismatch
 from .global_loader import layout_invariant, order_train_loaders, use_global_test_order, wants_global_order
+from .graph import check_graph_config, feed_step
 from .launcher_lifetime import die_with_launcher
 from .resume import choose_resume_checkpoint, continue_finished_run, load_checkpoint_or_weights
 from .stage0_loading import Stage0Batch, Stage0OnlyLoader
@@ -198,6 +199,21 @@ class ConsistentBatchTrainer(DefaultTrainer):
         for name, recipe in redrawn.items():
             logger.debug("  %s ~ %s", name, recipe)
         return model
+
+    @classmethod
+    def build_graph(cls, cfg, model, optimizer=None, lr_scheduler=None, is_train=True):
+        """The graph ``graph.train_graph`` / ``graph.eval_graph`` names, built by LiBai, taking the step.
+
+        Whatever class the config names (LiBai's ``GraphBase``, a subclass of it, an ``nn.Graph`` of
+        the user's, ``libai_ext.engine.GraphBase``), the graph keeps its own methods and gets the
+        training step as an input at every train call (``engine.graph.feed_step``), so its dropout
+        masks are the ones eager training draws.  LiBai 0.1.1's graph code gets OneFlow 0.9.0's
+        proxies the way it reads them (``compat.graph_proxy_v0_1``).
+        """
+        if is_train:
+            check_graph_config(cfg)  # what OneFlow cannot do on CPU ranks, for any graph class
+        graph_proxy_v0_1.apply()
+        return feed_step(super().build_graph(cfg, model, optimizer, lr_scheduler, is_train))
 
     @classmethod
     def test(cls, cfg, test_loaders, model, evaluator=None):
