@@ -196,7 +196,9 @@ def test_layer_norm_takes_the_cpu_path_for_cpu_inputs_only(monkeypatch):
 # --- LiBai 0.1.1's graph code on OneFlow 0.9.0's proxies ------------------------------------------
 
 class StagedModel(flow.nn.Module):
-    """A model with LiBai 0.1.1's ``set_pipeline_stage_id`` (OneFlow 0.8's ``.origin`` / ``.config``)."""
+    """A model with a ``set_pipeline_stage_id`` written as LiBai's models write it: OneFlow 0.8's
+    ``.origin`` / ``.config`` (0.1.1's only API; main's models take it where ``config`` exists), else
+    0.9.0's ``to(nn.Module)`` / ``to(GraphModule).set_stage``."""
 
     def __init__(self):
         super().__init__()
@@ -209,17 +211,25 @@ class StagedModel(flow.nn.Module):
 
     @staticmethod
     def set_pipeline_stage_id(model):
-        for module_block in model.modules():
-            if isinstance(module_block.origin, flow.nn.Linear):
-                module_block.config.stage_id = 0
-        model.scale.config.stage_id = 0
+        from oneflow.nn.graph import GraphModule
+
+        if hasattr(model.linear, "config"):  # LiBai main's models test this too
+            for module_block in model.modules():
+                if isinstance(module_block.origin, flow.nn.Linear):
+                    module_block.config.stage_id = 0
+            model.scale.config.stage_id = 0
+        else:
+            for module_block in model.modules():
+                if isinstance(module_block.to(flow.nn.Module), flow.nn.Linear):
+                    module_block.to(GraphModule).set_stage(0, dist.get_layer_placement(0))
 
 
 def libai_graph(model):
     from libai.models.utils import GraphBase
 
-    return GraphBase(model, flow.optim.SGD(model.parameters(), lr=0.1), is_train=True,
-                     activation_checkpoint=False)
+    main_arguments = {"global_mode": OmegaConf.create({"enabled": False})} if "global_mode" in inspect.signature(
+        GraphBase.__init__).parameters else {}  # what LiBai main's build_graph passes
+    return GraphBase(model, flow.optim.SGD(model.parameters(), lr=0.1), is_train=True, **main_arguments)
 
 
 @pytest.fixture
@@ -250,10 +260,9 @@ def test_libai_graph_base_gets_the_proxy_api_it_reads_only_on_the_line_that_need
             libai_graph(StagedModel())
     assert graph_proxy_v0_1.apply() == needed
     graph = libai_graph(StagedModel())  # LiBai's GraphBase calls the model's set_pipeline_stage_id
+    assert graph.model.linear.to(GraphModule).stage_id == 0
+    assert graph.model.linear.to(GraphModule).stage_placement == dist.get_layer_placement(0)  # with its placement
     if needed:
-        stage0 = dist.get_layer_placement(0)
-        assert graph.model.linear.to(GraphModule).stage_id == 0
-        assert graph.model.linear.to(GraphModule).stage_placement == stage0  # 0.9.0's set_stage, with placement
         assert graph.model.linear.origin is graph.model.linear.to(flow.nn.Module)
         graph.model.linear.config.activation_checkpointing = True
         assert graph.model.linear.to(GraphModule).activation_checkpointing

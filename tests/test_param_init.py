@@ -36,6 +36,7 @@ from flowvision.layers import trunc_normal_
 from oneflow import nn
 
 from conftest import rank_script, records_of_every_rank
+from libai_ext.compat import libai_line, libai_main
 from libai_ext.random import build_with_seeded_init, recording_init, reinitialize, watch_late_parameters
 from libai_ext.testing import launch
 
@@ -426,6 +427,30 @@ def test_a_draw_discarded_during_the_build_is_no_error():
         reinitialize(model, recorder, 5)
 
 
+@pytest.mark.skipif(libai_line() is not libai_main, reason="RoBERTa is a LiBai main model")
+def test_libai_roberta_discards_berts_tables_and_builds_under_the_default():
+    """LiBai main's RobertaEmbeddings builds BERT's three tables, then its own: the discarded draws
+    reached no parameter (refused where nothing can tell them from an untracked path), and a second
+    build shows no kept tensor depends on them: accepted, every random tensor re-drawn."""
+    from libai.models import RobertaModel
+
+    def roberta():
+        return RobertaModel(vocab_size=64, hidden_size=32, hidden_layers=2, num_attention_heads=4,
+                            intermediate_size=64, max_position_embeddings=16, hidden_dropout_prob=0.0,
+                            attention_probs_dropout_prob=0.0, bias_gelu_fusion=False, bias_dropout_fusion=False,
+                            scale_mask_softmax_fusion=False)
+
+    with recording_init() as recorder:
+        model = roberta()
+    with pytest.raises(RuntimeError, match="a random draw that reached no parameter or buffer by a tracked path"):
+        reinitialize(model, recorder, 3)  # the check as it was: every discarded draw refused
+    model, redrawn = build_with_seeded_init(roberta, 3)
+    assert "embeddings.vocab_embeddings.weight" in redrawn and len(redrawn) == 12  # 3 tables, 4 x 2 layers, pooler
+    again, _ = build_with_seeded_init(roberta, 3)
+    for name, value in model.state_dict().items():
+        np.testing.assert_array_equal(value.numpy(), again.state_dict()[name].numpy(), err_msg=name)
+
+
 def test_patches_are_removed_even_after_an_error():
     T = flow.Tensor
     watched = ((flow, "normal"), (flow._C, "uniform_"), (flow, "cat"), (T, "mul_"), (T, "__setitem__"),
@@ -487,7 +512,8 @@ def test_a_module_replaced_after_the_build_is_named_and_an_unchanged_model_passe
 FOUR_RANK_LAYOUTS = {4: ("tp2xpp2", "dp2xtp2")}
 LONG_LAYOUTS = {2: ("tp2", "pp2", "dp2")}
 SWIN_BUILDS = ("layout_invariant", "fast", "stock")
-LIBAI_MODELS = ("gpt", "bert", "vit", "t5")
+# LiBai main's RoBERTa builds BERT's embedding tables, then replaces them: draws discarded during the build.
+LIBAI_MODELS = ("gpt", "bert", "vit", "t5") + (("roberta",) if libai_line() is libai_main else ())
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,5 +1,6 @@
 """``ConsistentBatchTrainer``: LiBai's ``DefaultTrainer`` with correctly paired batches."""
 import contextlib
+import functools
 import inspect
 import logging
 
@@ -8,7 +9,7 @@ from libai.config.lazy import locate
 from libai.engine import DefaultTrainer
 from libai.utils import distributed as dist
 
-from ..compat import fill_missing_config_keys, get_batch_api, graph_proxy_v0_1
+from ..compat import fill_missing_config_keys, get_batch_api, graph_proxy_v0_1, vocab_padding
 from ..compat.layout import placement_data_parallel_rank
 from ..data.position import KEY as DATA_POSITION
 from ..layers import convert_stochastic_layers, name_stochastic_layers, stochastic_ops
@@ -165,6 +166,15 @@ class ConsistentBatchTrainer(DefaultTrainer):
                     data_parallel=data_parallel)
 
     @classmethod
+    def build_tokenizer(cls, cfg):
+        """LiBai's tokenizer; under ``"layout_invariant"`` the vocabulary is padded for
+        ``tokenization.max_tensor_parallel_size``, not this run's tp (``compat.vocab_padding``)."""
+        tokenizer = super().build_tokenizer(cfg)
+        if try_get_key(cfg, "train.randomness", default=DEFAULT_RANDOMNESS) == "layout_invariant":
+            vocab_padding.pad_vocabulary(cfg, tokenizer)
+        return tokenizer
+
+    @classmethod
     def build_model(cls, cfg):
         randomness = try_get_key(cfg, "train.randomness", default=DEFAULT_RANDOMNESS)
         with recording_layer_indices(cfg) as layer_indices:  # train.dist.pipeline_num_layers vs the model
@@ -187,9 +197,11 @@ class ConsistentBatchTrainer(DefaultTrainer):
     def _build_with_seeded_init(cls, cfg):
         """Initial values from ``train.seed`` and each tensor's name alone (``libai_ext.random.param_init``)."""
         seed = try_get_key(cfg, "train.seed", default=0)
+        build = functools.partial(super().build_model, cfg)
         with recording_init() as recorder:
-            model = super().build_model(cfg)
-        redrawn = reinitialize(model, recorder, seed)
+            model = build()
+        # (``build`` again only if a draw reached no parameter: a discarded draw, or one that got in untracked)
+        redrawn = reinitialize(model, recorder, seed, rebuild=build)
         logger = logging.getLogger(__name__)
         followers = sum("(follows " in recipe for recipe in redrawn.values())
         logger.info("layout_invariant init: %d randomly initialised tensors re-drawn from train.seed=%d, their "

@@ -24,9 +24,12 @@ For every gradient accumulation in ``--accs``, four steps in each mode:
 
 Every rank records every mode's outputs (replicated to all ranks).
 """
+import inspect
+
 import oneflow as flow
 from libai.models.utils import GraphBase as LibaiGraphBase
 from libai.utils import distributed as dist
+from omegaconf import OmegaConf
 from oneflow import nn
 
 from common import layout_parser, run_or_die, setup_layout
@@ -145,7 +148,9 @@ def libai_graph_run(acc, graph_class=LibaiGraphBase, stock=False):
     """LiBai's GraphBase (or a subclass) with LiBai's arguments, as ConsistentBatchTrainer builds it."""
     model, optimizer = new_model(stock)
     graph_proxy_v0_1.apply()  # (LiBai 0.1.1 only: its GraphBase reads .origin)
-    graph = graph_class(model, optimizer, lr_scheduler=None, grad_acc_steps=acc, is_train=True)
+    main_arguments = {"global_mode": OmegaConf.create({"enabled": False})} if "global_mode" in inspect.signature(
+        LibaiGraphBase.__init__).parameters else {}  # what LiBai main's build_graph passes
+    graph = graph_class(model, optimizer, lr_scheduler=None, grad_acc_steps=acc, is_train=True, **main_arguments)
     return graph_steps(acc, graph if stock else feed_step(graph), STEPS)
 
 
