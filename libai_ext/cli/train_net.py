@@ -37,6 +37,10 @@ config keys read by libai_ext (default when the config does not set them):
   train.load_weight           initial weights (a checkpoint folder), loaded unless the run resumes
                               from a checkpoint (LiBai 0.1.1 reads it only under --resume)
                               (default "")
+  tokenization.max_tensor_parallel_size
+                              with train.randomness="layout_invariant", the vocabulary is padded
+                              to a multiple of make_vocab_size_divisible_by x this, the same on
+                              every tensor-parallel size dividing it (default 8)
   dataloader.train.mixup_func with train.randomness="layout_invariant", mixup runs once on the
                               global batch; its mode must be "batch"
   On LiBai main, train.rdma_enabled (false), train.dist.device_type and
@@ -44,7 +48,8 @@ config keys read by libai_ext (default when the config does not set them):
   LiBai 0.1.1 lacks them.  LiBai's own keys (train.train_iter, train.dist.*, graph.enabled, ...)
   keep their meaning; with ConsistentBatchTrainer a train.dist.pipeline_num_layers that disagrees
   with the model's layers is warned about (a stage left without layers) or refused (layers past
-  it)."""
+  it), and whatever graph class graph.train_graph names (LiBai's GraphBase included) is given the
+  training step, so graph mode draws eager mode's dropout masks."""
 
 # What --fast-dev-run sets, applied after the command line's overrides (LiBai main's train_net
 # sets the same keys): a short run that trains, logs, evaluates twice and ends.
