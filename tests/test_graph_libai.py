@@ -18,7 +18,7 @@ import os
 
 import pytest
 
-from conftest import ROOT, check_equivalence, load_tool
+from conftest import ROOT, load_tool, relative_differences, working_folder
 
 RTOL = 1e-5
 CONFIGS = ["libai_gpt2_cpu", "libai_bert_cpu", "libai_vit_digits_cpu"]
@@ -30,12 +30,8 @@ tool = load_tool("check_equivalence")
 @pytest.fixture(scope="module", autouse=True)
 def data_folder(tmp_path_factory):
     """The configs build their data under ./data on first use: one folder for every run here."""
-    folder = tmp_path_factory.getbasetemp() / "graph-libai-data"
-    folder.mkdir(exist_ok=True)
-    previous = os.getcwd()
-    os.chdir(folder)
-    yield folder
-    os.chdir(previous)
+    with working_folder(tmp_path_factory.getbasetemp() / "graph-libai-data") as folder:
+        yield folder
 
 
 def run_tool(work, layouts, iters, *overrides, configs=CONFIGS):
@@ -43,9 +39,7 @@ def run_tool(work, layouts, iters, *overrides, configs=CONFIGS):
     argv = ["--config-file", *[os.path.join(ROOT, "configs", f"{name}.py") for name in configs],
             "--layouts", "1", *layouts, "--iters", str(iters), "--rtol", str(RTOL), "--timeout", "1200",
             "--workdir", str(work / "runs"), *LIBAI_GRAPH, *overrides]
-    status, tables, text = check_equivalence(argv, configs, layouts)
-    return status, {config: {layout: float(cells[1]) for layout, cells in rows.items()}
-                    for config, rows in tables.items()}, text
+    return relative_differences(argv, configs, layouts)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ import os
 import pytest
 from libai.config import LazyConfig
 
-from conftest import ROOT, check_equivalence, load_tool
+from conftest import ROOT, load_tool, relative_differences, working_folder
 
 RTOL = 1e-5
 TEST_CONFIGS = os.path.join(ROOT, "tests", "configs")
@@ -30,12 +30,8 @@ tool = load_tool("check_equivalence")
 @pytest.fixture(scope="module", autouse=True)
 def data_folder(tmp_path_factory):
     """The configs build their data under ./data on first use: one folder for every run here."""
-    folder = tmp_path_factory.getbasetemp() / "vocab-data"
-    folder.mkdir(exist_ok=True)
-    previous = os.getcwd()
-    os.chdir(folder)
-    yield folder
-    os.chdir(previous)
+    with working_folder(tmp_path_factory.getbasetemp() / "vocab-data") as folder:
+        yield folder
 
 
 # --- one process -----------------------------------------------------------------------------------
@@ -104,9 +100,7 @@ def run_tool(work, configs, layouts, iters, *overrides):
     argv = ["--config-file", *[os.path.join(TEST_CONFIGS, f"{name}.py") for name in configs],
             "--layouts", "1", *layouts, "--iters", str(iters), "--rtol", str(RTOL), "--timeout", "1800",
             "--workdir", str(work / "runs"), *overrides]
-    status, tables, text = check_equivalence(argv, configs, layouts)
-    return status, {config: {layout: float(cells[1]) for layout, cells in rows.items()}
-                    for config, rows in tables.items()}, text
+    return relative_differences(argv, configs, layouts)
 
 
 def test_an_odd_vocabulary_trains_one_model_on_tp2(tmp_path):
