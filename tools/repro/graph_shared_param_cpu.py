@@ -11,6 +11,7 @@ from `EpollCommNet::SendActorMsg`).  The same model with the weight copied on it
 graph traces) trains.
 """
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -62,10 +63,13 @@ def launch(copy):
             "--master_port", str(29000 + os.getpid() % 1000), os.path.abspath(__file__), "--rank"]
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
     with tempfile.TemporaryFile("w+") as out:
+        process = subprocess.Popen(args + ([COPY] if copy else []), stdout=out, stderr=subprocess.STDOUT, env=env,
+                                   start_new_session=True)
         try:
-            code = subprocess.run(args + ([COPY] if copy else []), stdout=out, stderr=subprocess.STDOUT, env=env,
-                                  timeout=120, start_new_session=True).returncode
+            code = process.wait(timeout=120)
         except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)  # the launcher and every rank it started
+            process.wait()
             code = "timeout"
         out.seek(0)
         return code, out.read()
