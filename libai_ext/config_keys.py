@@ -46,6 +46,9 @@ KEYS = (
               LIBAI),
     ConfigKey("graph.enabled", "LiBai's: false", "graph mode, with libai_ext.engine.GraphBase as "
               "graph.train_graph / graph.eval_graph", LIBAI),
+    ConfigKey("tokenization.max_tensor_parallel_size", "8", 'with train.randomness="layout_invariant", the '
+              "vocabulary is padded to a multiple of make_vocab_size_divisible_by x this, the same on every "
+              "tensor-parallel size dividing it", PLUGIN),
     ConfigKey("dataloader.train.mixup_func", "the config's", 'with train.randomness="layout_invariant", mixup '
               'runs once on the global batch and its mode must be "batch"; null turns mixup off', LIBAI),
     ConfigKey("dataloader.train.sampler", "none", "a sampler of the config's own is kept, with a log line: the "

@@ -46,6 +46,25 @@ def check_equivalence(argv, configs, layouts):
     return status, tables, text
 
 
+def relative_differences(argv, configs, layouts):
+    """``(status, {config: {layout: max relative difference}}, output)`` of one ``check_equivalence`` run."""
+    status, tables, text = check_equivalence(argv, configs, layouts)
+    return status, {config: {layout: float(cells[1]) for layout, cells in rows.items()}
+                    for config, rows in tables.items()}, text
+
+
+@contextlib.contextmanager
+def working_folder(folder):
+    """Within: ``folder`` (created) is the working directory (configs that build data under ./data share it)."""
+    folder.mkdir(exist_ok=True)
+    previous = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield folder
+    finally:
+        os.chdir(previous)
+
+
 def rank_script(name):
     """Absolute path of a script under tests/rank_scripts (run on every rank)."""
     return os.path.join(RANK_SCRIPTS, name)

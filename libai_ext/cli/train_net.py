@@ -24,7 +24,9 @@ config keys read by libai_ext (default when the config does not set them):
   is built every key under train, graph, model, dataloader and optim is checked against the keys
   the installed LiBai and libai_ext read (model, optim and the loaders against the parameters of
   their _target_): an unknown key is warned about with the closest known one, and a misspelt key
-  of libai_ext's own (train.randomnes) is refused, since the run would go on under its default."""
+  of libai_ext's own (train.randomnes) is refused, since the run would go on under its default.
+  Whatever graph class graph.train_graph names (LiBai's GraphBase included) is given the training
+  step, so graph mode draws eager mode's dropout masks."""
 
 # What --fast-dev-run sets, applied after the command line's overrides (LiBai main's train_net
 # sets the same keys): a short run that trains, logs, evaluates twice and ends.

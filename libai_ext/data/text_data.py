@@ -271,10 +271,11 @@ def _build_into(root, settings, libai_source, python):
     return manifest
 
 
-def text_data_file(root=DEFAULT_ROOT, name="gpt2_vocab", libai_source=None):
+def text_data_file(root=DEFAULT_ROOT, name="gpt2_vocab", libai_source=None, **settings):
     """The path of one of ``FILES`` under ``root`` (an indexed dataset's prefix for
-    ``*_prefix``), building the data first if needed: what the configs' LazyCalls read."""
+    ``*_prefix``), building the data first if needed (with ``settings``, see ``ensure_text_data``):
+    what the configs' LazyCalls read."""
     if name not in FILES:
         raise KeyError(f"text data has no {name!r} (known: {sorted(FILES)})")
-    ensure_text_data(root, libai_source=libai_source)
+    ensure_text_data(root, libai_source=libai_source, **settings)
     return os.path.join(root, FILES[name])
