@@ -48,7 +48,7 @@ GROUPS = [
      ["randomness_cost", "generator_bijection", "param_init_cost", "loader_keying", "mixup_cost", "epoch_order"]),
     ("Equivalence",
      "Per-iteration losses of one config on several layouts or modes, against one reference run.",
-     ["layout_equivalence", "zoo_equivalence", "graph_parity"]),
+     ["layout_equivalence", "zoo_equivalence", "graph_parity", "graph_libai_equivalence"]),
     ("Checkpoints", "Committed checkpoints against LiBai's own save and load.", ["checkpoint_cost"]),
 ]
 OTHER = "Other measurements"
