@@ -96,7 +96,7 @@ def repo_root():
 @pytest.fixture(scope="session")
 def libai_text_data(tmp_path_factory):
     """The text data of the LiBai GPT-2/BERT configs, built once per session (about half a minute:
-    LiBai's preprocess tool runs twice) in a temporary folder; returns its root."""
+    LiBai's preprocess tool runs three times) in a temporary folder; returns its root."""
     from libai_ext.data.text_data import ensure_text_data
 
     return ensure_text_data(str(tmp_path_factory.mktemp("libai_text") / "data"))
