@@ -16,6 +16,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RANK_SCRIPTS = os.path.join(ROOT, "tests", "rank_scripts")
 
 
+# LiBai's model zoo as this project's CPU configs: the models both LiBai lines have, then those only
+# LiBai main has (0.1.1 has no RoBERTa, SwinV2 or ResMLP).
+ZOO_BOTH_LINES = ("libai_gpt2_cpu", "libai_bert_cpu", "libai_t5_cpu", "libai_vit_digits_cpu", "libai_swin_digits_cpu")
+ZOO_MAIN_ONLY = ("libai_roberta_cpu", "libai_swinv2_digits_cpu", "libai_resmlp_digits_cpu")
+ZOO_TEXT = ("libai_gpt2_cpu", "libai_bert_cpu", "libai_t5_cpu", "libai_roberta_cpu")  # read text_data.root
+
+
+def zoo_configs():
+    """The zoo configs the installed LiBai line can train, in launch order."""
+    from libai_ext.compat import detect, libai_main
+
+    return list(ZOO_BOTH_LINES + (ZOO_MAIN_ONLY if detect.libai_line() is libai_main else ()))
+
+
 def load_tool(name):
     """The module behind tools/<name>.py: ``libai_ext.cli.<name>`` (the script is a thin wrapper of it)."""
     return importlib.import_module(f"libai_ext.cli.{name}")

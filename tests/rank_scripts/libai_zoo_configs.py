@@ -15,7 +15,7 @@ from libai_ext.engine.launch import build_trainer, setup, train
 from libai_ext.layers import DropPath, Dropout
 from libai_ext.testing import read_raw_losses, write_rank_result
 
-NLP = ("libai_gpt2_cpu", "libai_bert_cpu")
+NLP = ("libai_gpt2_cpu", "libai_bert_cpu", "libai_t5_cpu", "libai_roberta_cpu")  # read text_data.root
 
 
 def overrides(name, args):
