@@ -116,5 +116,28 @@ def libai_text_data(tmp_path_factory):
     return ensure_text_data(str(tmp_path_factory.mktemp("libai_text") / "data"))
 
 
+@pytest.fixture(scope="session")
+def libai_main_configs(tmp_path_factory):
+    """LiBai main's own ``configs/`` folder, extracted from its source archive (``$LIBAI_MAIN_ARCHIVE``, else
+    beside this repository; the installed packages do not ship it) into a temporary folder; returns its path."""
+    import tarfile
+
+    from libai_ext.data.text_data import resolve_libai_source
+
+    source = resolve_libai_source()
+    if os.path.isdir(source):
+        return os.path.join(source, "configs")
+    out = tmp_path_factory.mktemp("libai_main") / "configs"
+    with tarfile.open(source) as archive:
+        for member in archive.getmembers():
+            parts = member.name.split("/")
+            if member.isfile() and len(parts) > 2 and parts[1] == "configs" and ".." not in parts:
+                target = out.joinpath(*parts[2:])
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(archive.extractfile(member).read())
+    assert (out / "swin_cifar100.py").is_file(), f"{source}: no configs/swin_cifar100.py"
+    return str(out)
+
+
 # Rank scripts import `common` as a sibling; tests import them rarely, but keep it importable.
 sys.path.insert(0, RANK_SCRIPTS)
