@@ -19,6 +19,7 @@ from .batch import consistent_batch
 from .checkpoint import use_committed_checkpoints, with_committed_retention
 from .config_checks import recording_layer_indices, warn_on_pipeline_layer_mismatch
 from .global_loader import layout_invariant, order_train_loaders, use_global_test_order, wants_global_order
+from .key_guard import guard_config_keys
 from .launcher_lifetime import die_with_launcher
 from .resume import choose_resume_checkpoint, continue_finished_run, load_checkpoint_or_weights
 from .stage0_loading import Stage0Batch, Stage0OnlyLoader
@@ -96,6 +97,9 @@ class ConsistentBatchTrainer(DefaultTrainer):
     its rank holds in the stage-0 placement.  Use it by setting
     ``train.trainer = "libai_ext.ConsistentBatchTrainer"`` (see ``tools/train_net.py``).
 
+    Config keys: before anything is built, a key nobody reads is warned about with the closest
+    known one, and a misspelt key of libai_ext's is refused on every rank (``key_guard``).
+
     Stage-0-only loading (``train.stage0_only_loading``, on by default): under pipeline
     parallelism, ranks outside stage 0 neither read nor augment training samples.
 
@@ -132,6 +136,7 @@ class ConsistentBatchTrainer(DefaultTrainer):
 
     def __init__(self, cfg):
         die_with_launcher()
+        guard_config_keys(cfg)  # a misspelt key of libai_ext's is refused on every rank, before any talks
         fill_missing_config_keys(cfg)  # a config written for LiBai 0.1.1 also runs on main
         choose_resume_checkpoint(cfg)
         continue_finished_run(cfg)
