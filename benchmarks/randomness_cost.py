@@ -16,9 +16,7 @@
 import argparse
 import json
 import os
-import platform
 import statistics
-import sys
 import tempfile
 import time
 
@@ -130,10 +128,7 @@ def main():
 
     workdir = tempfile.mkdtemp(prefix="randomness-cost-")
     by_ranks = {nproc: launch_self(nproc, args.calls, workdir) for nproc in args.ranks}
-    report = [f"Command: `{' '.join([os.path.relpath(sys.executable, ROOT)] + sys.argv)}`",
-              f"Host: {platform.node()}, {os.cpu_count()} CPU cores; "
-              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
-              "## Dropout calls (p = 0.1, forward), rank 0's median of "
+    report = ["## Dropout calls (p = 0.1, forward), rank 0's median of "
               f"{args.calls} interleaved calls", "", calls_table(by_ranks)]
     if args.repeats:
         steps = {variant: [] for variant in STEP_VARIANTS}
@@ -145,7 +140,7 @@ def main():
                        f"median after {args.step_warmup}, variants interleaved x {args.repeats}", "",
                    step_table(steps, args.step_warmup)]
     text = "\n".join(report) + "\n"
-    publish(text, args.out)
+    publish(text, args.out, title="Dropout masks and a Swin step under each randomness mode")
 
 
 if __name__ == "__main__":

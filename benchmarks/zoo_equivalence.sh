@@ -3,7 +3,8 @@
 # line: GPT-2 (GPT2Dataset over text LiBai's preprocess tool indexed), BERT (BertDataset), T5 (T5Dataset, with its
 # special tokens), ViT and Swin (the digits, random crop + mixup/cutmix), and on LiBai main also RoBERTa
 # (RobertaDataset), SwinV2 and ResMLP; every dropout and drop-path on, one global batch per config on every layout.
-# Writes benchmarks/results/zoo_equivalence[_libai_main].md and one loss-curve PNG per config under docs/.
+# Rewrites the tracked benchmarks/results/zoo_equivalence[_libai_main].md and one loss-curve PNG per config under docs/,
+# on purpose (the figures of docs/zoo_equivalence.md); OUT=<file> and PLOT=<png> write elsewhere.
 #   benchmarks/zoo_equivalence.sh                                   # ITERS=20, pip's LiBai 0.1.1 in .venv
 #   PYTHON=.venv-libai-main/bin/python benchmarks/zoo_equivalence.sh  # LiBai main
 #   CONFIGS="libai_t5_cpu" benchmarks/zoo_equivalence.sh            # some of the zoo only
@@ -41,10 +42,12 @@ run() {  # a title, the tool's arguments; prints the command and the tables
 {
     echo "# LiBai's own models: per-iteration raw loss vs 1 rank, $ITERS iterations, from the seed alone"
     echo
-    echo "Produced by \`benchmarks/zoo_equivalence.sh\` ($(date -u +%Y-%m-%d), $($PYTHON -c 'import libai; print("LiBai", getattr(libai, "__version__", "?"))' 2>/dev/null), 2 shared CPU cores, load average $(cut -d' ' -f1-3 /proc/loadavg))."
+    echo "Command: \`$([ "$ITERS" = 20 ] || echo "ITERS=$ITERS ")$([ "$MAIN" = 1 ] && echo "PYTHON=$PYTHON ")benchmarks/zoo_equivalence.sh\`"
+    echo "Host: $(hostname), $(nproc) CPU cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at the start;" \
+        "$($PYTHON -c 'import libai; print("LiBai", getattr(libai, "__version__", "?"))' 2>/dev/null)"
     mapfile -t ALL < <(files "$ZOO")
     run "train.trainer=libai_ext.ConsistentBatchTrainer" --config-file "${ALL[@]}" --layouts "${LAYOUTS[@]}" \
-        --iters "$ITERS" --rtol 1e-5 --timeout 3600 --plot "docs/zoo_equivalence$([ "$MAIN" = 1 ] && echo _libai_main).png" \
+        --iters "$ITERS" --rtol 1e-5 --timeout 3600 --plot "${PLOT:-docs/zoo_equivalence$([ "$MAIN" = 1 ] && echo _libai_main).png}" \
         --workdir output/zoo_equivalence/plugin train.trainer=libai_ext.ConsistentBatchTrainer
     # Stock LiBai has no CPU kernel for the fused dropouts (libai_ext routes them): its text models run with the
     # fusions off, its Swin and SwinV2 (which hard-code them) cannot run on CPU at all.

@@ -10,7 +10,7 @@ Per-iteration raw loss against 1 rank (tools/check_equivalence.py):
   another order).
 
 ``train.seed_scope=rank`` gives every rank its own python/numpy/OneFlow stream: nothing the
-training draws may depend on them.  The 50-iteration figures are in docs/layout_invariance.md.
+training draws may depend on them.  The 50-iteration figures are in docs/benchmarks.md (Equivalence).
 tests/test_check_equivalence.py shows stock LiBai failing the same comparison.
 """
 import os
