@@ -24,7 +24,11 @@ if [ "$MAIN" = 1 ]; then
     VISION_STOCK="$VISION_STOCK libai_resmlp_digits_cpu"
 fi
 CONFIGS=${CONFIGS:-$ZOO}
+LINE=$([ "$MAIN" = 1 ] && echo libai_main || echo libai_v0_1)
 OUT=${OUT:-benchmarks/results/zoo_equivalence$([ "$MAIN" = 1 ] && echo _libai_main).md}
+# Each line's runs in folders of their own: a layout's output folder that holds another run's final checkpoint
+# would be taken for this run's.
+WORK=output/zoo_equivalence/$LINE
 files() {  # the config files of the names in $CONFIGS that are also in $1
     for name in $CONFIGS; do [[ " $1 " == *" $name "* ]] && echo "configs/$name.py"; done
 }
@@ -48,18 +52,18 @@ run() {  # a title, the tool's arguments; prints the command and the tables
     mapfile -t ALL < <(files "$ZOO")
     run "train.trainer=libai_ext.ConsistentBatchTrainer" --config-file "${ALL[@]}" --layouts "${LAYOUTS[@]}" \
         --iters "$ITERS" --rtol 1e-5 --timeout 3600 --plot "${PLOT:-docs/zoo_equivalence$([ "$MAIN" = 1 ] && echo _libai_main).png}" \
-        --workdir output/zoo_equivalence/plugin train.trainer=libai_ext.ConsistentBatchTrainer
+        --workdir "$WORK/plugin" train.trainer=libai_ext.ConsistentBatchTrainer
     # Stock LiBai has no CPU kernel for the fused dropouts (libai_ext routes them): its text models run with the
     # fusions off, its Swin and SwinV2 (which hard-code them) cannot run on CPU at all.
     mapfile -t STOCK_TEXT < <(files "$TEXT")
     [ ${#STOCK_TEXT[@]} -eq 0 ] || run "train.trainer=libai.engine.DefaultTrainer: the text models, fusions off" \
         --config-file "${STOCK_TEXT[@]}" --layouts "${STOCK_LAYOUTS[@]}" --iters "$ITERS" --rtol 1e-5 \
-        --timeout 3600 --workdir output/zoo_equivalence/stock-text train.trainer=libai.engine.DefaultTrainer \
+        --timeout 3600 --workdir "$WORK/stock-text" train.trainer=libai.engine.DefaultTrainer \
         model.cfg.bias_dropout_fusion=False model.cfg.scale_mask_softmax_fusion=False
     mapfile -t STOCK_VISION < <(files "$VISION_STOCK")
     [ ${#STOCK_VISION[@]} -eq 0 ] || run "train.trainer=libai.engine.DefaultTrainer: the vision models it runs on CPU" \
         --config-file "${STOCK_VISION[@]}" --layouts "${STOCK_LAYOUTS[@]}" --iters "$ITERS" --rtol 1e-5 \
-        --timeout 3600 --workdir output/zoo_equivalence/stock-vision train.trainer=libai.engine.DefaultTrainer
+        --timeout 3600 --workdir "$WORK/stock-vision" train.trainer=libai.engine.DefaultTrainer
 } >"$OUT.tmp"
 mv "$OUT.tmp" "$OUT"
 cat "$OUT"
