@@ -22,7 +22,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-CONFIGS = ("configs/swin_digits_cpu.py", "configs/swin_cifar100.py")
+CONFIGS = ("configs/demo_swin_digits_cpu.py", "configs/swin_cifar100.py")
 
 
 def setup_single_rank():

@@ -9,7 +9,7 @@
    in one process per rank count; each time is one call, from a device sync to a device sync,
    and the table gives rank 0's median over ``--calls`` calls, and the ratio to
    ``flow.nn.Dropout`` on the same input (the same shard on every rank).
-2. Training step: ``configs/swin_digits_cpu.py`` on 1 rank, dropout 0.1 + attention dropout
+2. Training step: ``configs/demo_swin_digits_cpu.py`` on 1 rank, dropout 0.1 + attention dropout
    0.1 on (per mode) or off, via ``benchmarks/timed_train_net.py``.  Variants run interleaved,
    ``--repeats`` times; the step time is the median after ``--step-warmup`` iterations.
 """
@@ -78,7 +78,7 @@ def run_step(variant, iters, workdir, tag):
     from libai_ext.testing import launch
 
     output = os.path.join(workdir, f"step_{tag}")
-    args = ["--config-file", os.path.join(ROOT, "configs", "swin_digits_cpu.py"), f"train.train_iter={iters}",
+    args = ["--config-file", os.path.join(ROOT, "configs", "demo_swin_digits_cpu.py"), f"train.train_iter={iters}",
             "train.evaluation.enabled=False", "train.log_period=1000", f"train.output_dir={output}",
             f"dataloader.train.dataset.0.root.root={workdir}/data",
             f"dataloader.test.0.dataset.root.root={workdir}/data",
@@ -136,7 +136,7 @@ def main():
             for variant in STEP_VARIANTS:
                 tag = f"{variant.replace(' ', '_')}_{repeat}"
                 steps[variant].append(run_step(variant, args.step_iters, workdir, tag))
-        report += ["", f"## Training step: configs/swin_digits_cpu.py, 1 rank, {args.step_iters} iterations, "
+        report += ["", f"## Training step: configs/demo_swin_digits_cpu.py, 1 rank, {args.step_iters} iterations, "
                        f"median after {args.step_warmup}, variants interleaved x {args.repeats}", "",
                    step_table(steps, args.step_warmup)]
     text = "\n".join(report) + "\n"

@@ -35,7 +35,7 @@ SCRIPTS = {"libai-ext-train": "train_net", "libai-ext-check-batch": "check_batch
            "libai-ext-gpu-check": "gpu_check", "libai-ext-print-run": "print_run",
            "libai-ext-make-text-data": "make_text_data"}
 ONEFLOW_NOISE = ("libibverbs", "CUDA driver", "cuda_device_descriptor")
-PROJECT_CONFIGS = ("configs/demo_pipeline_cpu.py", "configs/swin_digits_cpu.py", "configs/swin_cifar100.py",
+PROJECT_CONFIGS = ("configs/demo_pipeline_cpu.py", "configs/demo_swin_digits_cpu.py", "configs/swin_cifar100.py",
                    "configs/libai_gpt2_cpu.py")
 
 

@@ -16,7 +16,6 @@ key of libai_ext's (``libai_ext.engine.key_guard``).
 """
 import os
 import sys
-import tarfile
 
 import pytest
 from libai.config import LazyConfig, try_get_key
@@ -130,18 +129,6 @@ def test_no_config_of_this_repository_has_an_unknown_key(config):
     assert compared >= 60, f"only {compared} keys compared"
 
 
-def libai_main_configs(tmp_path):
-    """LiBai main's own configs/ folder, from its source archive (the Makefile's LIBAI_MAIN_ARCHIVE)."""
-    from libai_ext.data.text_data import default_libai_source
-
-    archive = default_libai_source()
-    assert archive and os.path.isfile(archive), "no LiBai main source archive ($LIBAI_MAIN_ARCHIVE)"
-    with tarfile.open(archive) as tar:
-        members = [m for m in tar.getmembers() if m.name.split("/")[1:2] == ["configs"] and m.isfile()]
-        tar.extractall(tmp_path, members=members)
-    return os.path.join(tmp_path, members[0].name.split("/")[0], "configs")
-
-
 def misspelt(model):
     """A typo of the model's first argument (``model.cfg.<x>`` for a model built from a cfg dict)."""
     node, path = (model.cfg, "model.cfg") if "cfg" in model else (model, "model")
@@ -151,8 +138,8 @@ def misspelt(model):
 
 @pytest.mark.skipif(not LIBAI_MAIN, reason="LiBai main's configs import what only LiBai main has "
                                            "(make test-libai-main runs this)")
-def test_libai_mains_own_configs_warn_only_about_the_typo_they_ship(tmp_path):
-    folder = libai_main_configs(tmp_path)
+def test_libai_mains_own_configs_warn_only_about_the_typo_they_ship(libai_main_configs):
+    folder = libai_main_configs  # conftest: extracted from LiBai main's source archive
     names = sorted(name for name in os.listdir(folder) if name.endswith(".py"))
     assert len(names) >= 10, names
     warned, total = {}, 0

@@ -15,7 +15,7 @@ In-process (local tensors):
 
 Multi-rank, two launches in the quick tier: one rank, and 4 ranks going through tp2 x pp2 and
 dp2 x tp2 in turn (rank_scripts/param_init.py sets LiBai's layout up again for each).  On every
-layout, configs/swin_digits_cpu.py's model built as ConsistentBatchTrainer builds it has
+layout, configs/demo_swin_digits_cpu.py's model built as ConsistentBatchTrainer builds it has
 bit-identical initial weights (every parameter and buffer) to 1 rank, while the same builds without the re-draw
 (train.randomness="fast", and stock LiBai's DefaultTrainer) differ on the tensor-parallel ones;
 LiBai's own GPT, BERT, ViT and T5 (tiny) are bit-identical too; and a LiBai ViT's EMA teacher
@@ -542,7 +542,7 @@ def reference():
 def check_layout(nproc, layouts, layout):
     single, single_records = reference()
     parallel, records = weights(nproc, layouts)
-    # configs/swin_digits_cpu.py through the trainers: the plugin matches 1 rank bit for bit ...
+    # configs/demo_swin_digits_cpu.py through the trainers: the plugin matches 1 rank bit for bit ...
     one = {build: single["1", "swin", build] for build in SWIN_BUILDS}
     assert sorted(one["layout_invariant"]) == sorted(one["fast"]) == sorted(one["stock"])
     random = [name for name, (_, std) in one["layout_invariant"].items() if std > 0 and "mask" not in name

@@ -21,7 +21,7 @@ RTOL = 1e-5
 
 
 def train_net(repo_root, tmp, nproc, name, *args):
-    argv = ["--config-file", os.path.join(repo_root, "configs", "swin_digits_cpu.py"), *args,
+    argv = ["--config-file", os.path.join(repo_root, "configs", "demo_swin_digits_cpu.py"), *args,
             f"dataloader.train.dataset.0.root.root={tmp}/data", f"train.output_dir={tmp}/{name}",
             "train.evaluation.enabled=False", "train.log_period=1"]
     launch(os.path.join(repo_root, "tools", "train_net.py"), nproc, argv, timeout=400,

@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 OUT=output/experiment
-COMMON=(--config-file configs/swin_digits_cpu.py train.seed=1234 train.train_iter=1500
+COMMON=(--config-file configs/demo_swin_digits_cpu.py train.seed=1234 train.train_iter=1500
         train.evaluation.eval_period=100 train.log_period=10)
 STOCK=train.trainer=libai.engine.DefaultTrainer
 FIXED=train.trainer=libai_ext.ConsistentBatchTrainer

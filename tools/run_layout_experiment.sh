@@ -18,7 +18,7 @@ PY=.venv/bin/python
 OUT=output/layout_experiment
 ITERS=${ITERS:-300}
 EVAL=${EVAL:-50}
-COMMON=(--config-file configs/swin_digits_cpu.py train.seed=1234 train.train_iter="$ITERS"
+COMMON=(--config-file configs/demo_swin_digits_cpu.py train.seed=1234 train.train_iter="$ITERS"
         train.evaluation.eval_period="$EVAL" train.log_period=10
         model.drop_rate=0.1 model.attn_drop_rate=0.1 model.drop_path_rate=0.2)
 PLUGIN=(train.trainer=libai_ext.ConsistentBatchTrainer)

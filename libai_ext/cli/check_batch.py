@@ -33,7 +33,7 @@ EXAMPLES = (
     "",
     "# dp2 x pp2 with ConsistentBatchTrainer, 5 batches (from a checkout: tools/check_batch.py)",
     "python -m oneflow.distributed.launch --nproc_per_node 4 tools/check_batch.py \\",
-    "    --config-file configs/swin_digits_cpu.py --num-batches 5 \\",
+    "    --config-file configs/demo_swin_digits_cpu.py --num-batches 5 \\",
     "    train.dist.data_parallel_size=2 train.dist.pipeline_parallel_size=2",
 )
 

@@ -65,7 +65,7 @@ EXAMPLES = (
     "    --plot output/stock_layouts.png train.trainer=libai.engine.DefaultTrainer",
     "",
     "# the Swin digits config with dropout, every layout up to 8 ranks, 50 iterations (from a checkout)",
-    "python tools/check_equivalence.py --config-file configs/swin_digits_cpu.py \\",
+    "python tools/check_equivalence.py --config-file configs/demo_swin_digits_cpu.py \\",
     "    --layouts 1 pp2 tp2 tp2xpp2 dp2 dp2xpp2 dp2xtp2xpp2 --iters 50 --rtol 1e-4 --timeout 1800 \\",
     "    model.drop_rate=0.1 model.drop_path_rate=0.2",
 )

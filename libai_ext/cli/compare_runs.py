@@ -35,7 +35,7 @@ EXIT_CODES = (
 )
 
 EXAMPLES = (
-    "# stock LiBai and libai_ext on configs/swin_digits_cpu.py, after two libai-ext-train runs",
+    "# stock LiBai and libai_ext on configs/demo_swin_digits_cpu.py, after two libai-ext-train runs",
     "libai-ext-compare-runs --runs stock=output/swin_digits_stock plugin=output/swin_digits_plugin \\",
     "    --out output/swin_digits_pp2 --title \"Swin on digits, pp2: stock vs libai_ext\"",
     "",

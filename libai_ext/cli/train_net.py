@@ -42,7 +42,7 @@ EXIT_CODES = (
 
 EXAMPLES = (
     "# 1 rank, 20 iterations with two evaluations: does the config run at all?",
-    "libai-ext-train --config-file configs/swin_digits_cpu.py --fast-dev-run",
+    "libai-ext-train --config-file configs/demo_swin_digits_cpu.py --fast-dev-run",
     "",
     "# 2 CPU ranks, a 2-stage pipeline (from a checkout: tools/train_net.py is the same tool)",
     "python -m oneflow.distributed.launch --nproc_per_node 2 tools/train_net.py \\",

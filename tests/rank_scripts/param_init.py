@@ -3,7 +3,7 @@
 One launch covers several layouts of its world size (LiBai's layout is set up again for each),
 so that OneFlow's start-up is paid once.  Per layout, one record per build:
 
-* ``swin``: configs/swin_digits_cpu.py's model from ``ConsistentBatchTrainer.build_model`` with
+* ``swin``: configs/demo_swin_digits_cpu.py's model from ``ConsistentBatchTrainer.build_model`` with
   train.randomness "layout_invariant" and "fast", and LiBai's ``DefaultTrainer.build_model`` (stock);
 * ``gpt``, ``bert``, ``vit``, ``t5`` (and on LiBai main ``roberta``, whose embeddings build BERT's
   tables and replace them): LiBai's own models (tiny) inside ``build_with_seeded_init``;
@@ -43,7 +43,7 @@ from libai_ext.testing import ranks_device, write_rank_result
 SWIN_BUILDS = (("layout_invariant", ConsistentBatchTrainer, "layout_invariant"),
                ("fast", ConsistentBatchTrainer, "fast"),
                ("stock", DefaultTrainer, "layout_invariant"))
-CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "swin_digits_cpu.py")
+CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "demo_swin_digits_cpu.py")
 SEED = 7
 TEXT = dict(vocab_size=64, hidden_size=32, num_attention_heads=4, max_position_embeddings=16)
 # LiBai 0.1.1's GPTModel counts its layers as num_layers, main's as hidden_layers.
