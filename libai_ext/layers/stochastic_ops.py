@@ -213,7 +213,7 @@ def route(name, original, args, kwargs):
     call = Call(op, *located)
     if call.stray is not None:
         call.refuse(f"oneflow {op} called by {type(call.stray).__name__}, a module of no watched model "
-                    "(libai_ext.layers.stochastic_ops.watch_model(that_model, place=...) keys it)")
+                    "(libai_ext.watch_model(that_model, place=...) keys it)")
         return original(*args, **kwargs)
     handler = random_ops.HANDLERS.get(op)
     if handler is None:
@@ -321,7 +321,7 @@ def _check_one_model_per_prefix(model):
         raise StochasticOpError(
             f"{type(model).__name__} and {type(other).__name__} both run in this training step with streams of the "
             f"same names (prefix {prefix!r}): their dropout masks and draws would be the same. Watch the second "
-            "with libai_ext.layers.stochastic_ops.watch_model(model, place='teacher') (any name of its place)")
+            "with libai_ext.watch_model(model, place='teacher') (any name of its place)")
     _entered[prefix] = (step.token, weakref.ref(model))
 
 
