@@ -10,7 +10,10 @@ One process, one CPU thread of work per call:
   ``libai_ext.random.oneflow_draws`` keeps) and through the wrappers every name points at once
   routing is on: the wrapper counts the call and checks whether a forward is running;
 * inside a watched model's forward, on a (32, 256) tensor: the routed op (the call site found on the
-  stack, its stream, a keyed draw) against OneFlow's own op, run in the same kind of forward.
+  stack, its stream, a keyed draw) against OneFlow's own op, run in the same kind of forward;
+* keyed augmentation's check around each batch of a dataset that draws nothing from OneFlow (saving
+  OneFlow's CPU generator, seeding it with the probe seed, comparing its state, restoring it) against
+  keying python's and numpy's streams alone, which is all a batch needs without the check.
 
 The variants take turns, ``--repeats`` rounds of ``--calls`` calls each (each round rotates which
 goes first); the table gives each one's median time per call over the rounds and the ratio to
@@ -43,7 +46,7 @@ def cases():
     import oneflow as flow
 
     from libai_ext.layers import stochastic_ops
-    from libai_ext.random import draws, oneflow_draws
+    from libai_ext.random import draws, oneflow_draws, sample_keys
 
     stochastic_ops.route_stochastic_ops()
     own = {name: getattr(flow._C, name).__wrapped__ for name in ("rand", "dropout")}
@@ -69,6 +72,15 @@ def cases():
         return call
 
     wrapped_len = oneflow_draws._wrapped("len", len)
+
+    def batch_streams(probe):  # what keyed augmentation does around a batch, besides seeding each sample
+        def call():
+            with sample_keys.preserved_streams(oneflow=probe):
+                if probe:
+                    sample_keys.seed_oneflow_probe()
+                    sample_keys.oneflow_untouched_since_probe()
+        return call
+
     return {
         "the wrapper alone": {"around len([])": (lambda: len(()), lambda: wrapped_len(()))},
         "outside a forward": {
@@ -82,6 +94,9 @@ def cases():
                         in_forward(lambda x: flow.nn.functional.dropout(x, 0.5))),
             "Tensor.bernoulli": (in_forward(lambda x: own_bernoulli(x), False), in_forward(lambda x: x.bernoulli())),
         },
+        "keyed augmentation, per batch": {
+            "generator probe of a dataset drawing nothing from OneFlow": (batch_streams(False), batch_streams(True)),
+        },
     }
 
 
@@ -91,7 +106,7 @@ def measure(calls, repeats):
         for op, (own, routed) in ops.items():
             own(), routed()  # warm up: streams, caches, the first forward's check
             times = {"OneFlow's own": [], "routed": []}
-            n = calls * 100 if where == "the wrapper alone" else calls
+            n = {"the wrapper alone": calls * 100, "keyed augmentation, per batch": calls // 10}.get(where, calls)
             for repeat in range(repeats):
                 order = [("OneFlow's own", own), ("routed", routed)][::(-1) ** repeat]
                 for label, function in order:
@@ -110,7 +125,7 @@ def main():
     args = parser.parse_args()
     rows = measure(args.calls, args.repeats)
     text = "\n".join([
-        "| where | op | OneFlow's own (us/call) | routed (us/call) | ratio | difference (us) |",
+        "| where | op | OneFlow's own, unchecked (us/call) | routed, checked (us/call) | ratio | difference (us) |",
         "|---|---|---|---|---|---|", *rows, ""])
     publish(text, args.out, title="Routing OneFlow's random ops: the wrapper and the keyed draw, per call")
 
