@@ -1,4 +1,5 @@
-"""What routing OneFlow's random ops costs a call: outside a forward (the wrapper) and inside one (the keyed draw).
+"""What routing OneFlow's random ops costs a call (the wrapper outside a forward, the keyed draw inside one), and
+what keyed augmentation's check for OneFlow draws costs a batch.
 
     .venv/bin/python benchmarks/random_op_routing.py [--calls 2000] [--repeats 5] [--out FILE]
 
@@ -127,7 +128,7 @@ def main():
     text = "\n".join([
         "| where | op | OneFlow's own, unchecked (us/call) | routed, checked (us/call) | ratio | difference (us) |",
         "|---|---|---|---|---|---|", *rows, ""])
-    publish(text, args.out, title="Routing OneFlow's random ops: the wrapper and the keyed draw, per call")
+    publish(text, args.out, title="Routing OneFlow's random ops and keyed augmentation's probe, per call")
 
 
 if __name__ == "__main__":
