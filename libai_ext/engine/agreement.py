@@ -1,4 +1,4 @@
-"""Every rank acting on one rank's findings: a barrier and a broadcast of a python object."""
+"""Every rank acting on one rank's findings: a barrier, a broadcast of a python object, an "any rank" flag."""
 import pickle
 
 import oneflow as flow
@@ -35,3 +35,15 @@ def agree_on(src, compute):
     if kind == "error":
         raise RuntimeError(f"rank {src} failed: {value}")
     return value
+
+
+def any_rank(flag):
+    """True on every rank if ``flag`` is true on any rank: a collective (an all-gather of one int per rank,
+    on CPU, so it waits for no device work).  Every rank must call it at the same point."""
+    world_size = flow.env.get_world_size()
+    if world_size == 1:
+        return bool(flag)
+    placement = flow.placement("cpu", ranks=list(range(world_size)))
+    local = flow.tensor([1 if flag else 0], dtype=flow.int32)
+    flags = local.to_global(placement=placement, sbp=flow.sbp.split(0)).to_global(sbp=flow.sbp.broadcast)
+    return bool(flags.to_local().numpy().any())

@@ -20,6 +20,8 @@ from .checkpoint import use_committed_checkpoints, with_committed_retention
 from .config_checks import recording_layer_indices, warn_on_pipeline_layer_mismatch
 from .global_loader import layout_invariant, order_train_loaders, use_global_test_order, wants_global_order
 from .launcher_lifetime import die_with_launcher
+from .output_lock import claim_output_dir
+from .preemption import arm_preemption, evaluate_interruptibly
 from .resume import choose_resume_checkpoint, continue_finished_run, load_checkpoint_or_weights
 from .stage0_loading import Stage0Batch, Stage0OnlyLoader
 from .step_batches import StepBatchLoader, StepMicroBatch
@@ -133,6 +135,7 @@ class ConsistentBatchTrainer(DefaultTrainer):
     def __init__(self, cfg):
         die_with_launcher()
         fill_missing_config_keys(cfg)  # a config written for LiBai 0.1.1 also runs on main
+        claim_output_dir(cfg)  # before anything reads or writes the output folder
         choose_resume_checkpoint(cfg)
         continue_finished_run(cfg)
         super().__init__(cfg)
@@ -146,6 +149,14 @@ class ConsistentBatchTrainer(DefaultTrainer):
         load_checkpoint_or_weights(self, resume)
         if position is not None:
             position.check_resumed(resumed)
+
+    def train(self):
+        watcher = arm_preemption(self)  # its hook is the last of every step
+        try:
+            return super().train()
+        finally:
+            if watcher is not None:
+                watcher.disarm()  # a no-op once a preemption is under way
 
     def run_step(self):
         # get_batch is a classmethod LiBai calls without the iteration: hand it over here, and
@@ -201,8 +212,11 @@ class ConsistentBatchTrainer(DefaultTrainer):
 
     @classmethod
     def test(cls, cfg, test_loaders, model, evaluator=None):
-        with preserved_rng_state():
-            return super().test(cfg, test_loaders, model, evaluator)
+        def evaluate(loaders):
+            with preserved_rng_state():
+                return super(ConsistentBatchTrainer, cls).test(cfg, loaders, model, evaluator)
+
+        return evaluate_interruptibly(evaluate, test_loaders, model)
 
     @classmethod
     def get_batch(cls, data, *args, **kwargs):
