@@ -118,6 +118,20 @@ def _children(pid):
     return found
 
 
+def launcher_nproc(pid):
+    """``--nproc_per_node`` of the OneFlow launcher ``pid`` (its ranks on this host), or None."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return None
+    for index, arg in enumerate(argv):
+        if arg.startswith("--nproc"):  # argparse takes any unambiguous prefix of --nproc_per_node
+            value = arg.split("=", 1)[1] if "=" in arg else (argv[index + 1] if index + 1 < len(argv) else "")
+            return int(value) if value.isdigit() else None
+    return 1  # the launcher's default
+
+
 def pending_signals():
     """Signals sent to this process and not yet delivered (``ShdPnd`` and the main thread's ``SigPnd``)."""
     pending = 0
@@ -310,8 +324,8 @@ class PreemptionWatcher:
             if self._deliveries == 1:
                 gone = self._ended_siblings()
                 if gone:
-                    self._kill_now(f"{_name(sig)} after rank process(es) {gone} of this host ended: the launcher is "
-                                   "stopping a failed job")
+                    self._kill_now(f"{_name(sig)} after {gone} rank(s) of this host ended: the launcher is stopping "
+                                   "a failed job")
                 if self._requested_at is None:
                     self._start_deadline(sig)
                 elif self.signal_name is None:
@@ -355,7 +369,13 @@ class PreemptionWatcher:
         self._kill_now("its launcher ended")
 
     def _ended_siblings(self):
-        return [pid for pid, start in self._siblings if _start_time(pid) != start]
+        """How many ranks of this host ended already (0 without a launcher)."""
+        if self.launcher is None:
+            return 0
+        expected = launcher_nproc(self.launcher)
+        if expected is None:  # count those seen at arming
+            return sum(_start_time(pid) != start for pid, start in self._siblings)
+        return max(0, expected - len(_children(self.launcher)))
 
     # --- the deadline ----------------------------------------------------------------------
 

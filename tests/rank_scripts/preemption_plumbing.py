@@ -6,12 +6,15 @@ Each argument after OUT is a comma-separated list, one value per rank (or one fo
 Each rank arms a watcher (train.preemption's defaults but ``GRACE_S``), writes ``OUT/armed.<rank>``,
 then "trains" (short sleeps) until the watcher reports a request; it then "saves" for ``SAVE_S``
 seconds, commits, and exits as a preempted rank does (``EXIT_PREEMPTED``).  A rank with FAIL=1
-exits with 1 right after arming (a failed rank).  Every event goes to stdout with the rank.
+exits with 1 right after arming (a failed rank).  A rank with GRACE_S=0 does without the watcher,
+as a plain signal handler would: ``die_with_launcher()`` and a Python handler that only notes the
+signal.  Every event goes to stdout with the rank.
 
 ``libai_ext.engine``'s package imports OneFlow, and importing it in every rank would bootstrap
 OneFlow's environment: the two stdlib modules are loaded on their own.
 """
 import os
+import signal
 import sys
 import time
 import types
@@ -22,7 +25,26 @@ engine = types.ModuleType("libai_ext.engine")
 engine.__path__ = [os.path.join(ROOT, "libai_ext", "engine")]
 sys.modules["libai_ext.engine"] = engine
 
+from libai_ext.engine.launcher_lifetime import die_with_launcher  # noqa: E402
 from libai_ext.engine.preemption_signals import EXIT_PREEMPTED, PreemptionWatcher  # noqa: E402
+
+
+class PlainHandler:
+    """What a training loop without the watcher does: note the signal, save at the end of the step."""
+
+    def __init__(self):
+        self.requested, self.signal_name, self.launcher = False, None, die_with_launcher()
+        self._echo_expected = None
+        signal.signal(signal.SIGTERM, self.note)
+
+    def note(self, signum, frame):
+        self.requested, self.signal_name = True, signal.Signals(signum).name
+
+    def agree_stop(self):
+        pass
+
+    def commit(self, checkpoint):
+        pass
 
 
 def per_rank(text, rank, cast):
@@ -32,7 +54,8 @@ def per_rank(text, rank, cast):
 
 def main(out, save_s, grace_s, fail="0"):
     rank = int(os.environ["RANK"])
-    watcher = PreemptionWatcher(grace_s=per_rank(grace_s, rank, float)).arm()
+    grace = per_rank(grace_s, rank, float)
+    watcher = PreemptionWatcher(grace_s=grace).arm() if grace else PlainHandler()
     print(f"rank {rank}: armed, launcher {watcher.launcher}, echo expected {watcher._echo_expected}", flush=True)
     with open(os.path.join(out, f"armed.{rank}"), "w") as f:
         f.write(str(os.getpid()))
