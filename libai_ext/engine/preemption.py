@@ -69,6 +69,9 @@ class PreemptionHook(HookBase):
     def __init__(self, watcher, checkpointer, micro_batches=1):
         self.watcher, self.checkpointer, self.micro_batches = watcher, checkpointer, int(micro_batches)
 
+    def before_step(self):
+        self.watcher.iteration = self.trainer.iter  # what an evaluation after this step belongs to
+
     def after_step(self):
         iteration = self.trainer.iter
         # A stop inside an optimizer step (eager accumulation) could not be resumed exactly; the last
@@ -119,16 +122,7 @@ class InterruptibleLoader:
             except StopIteration:
                 return
             yield batch
-            fault_point("mid_evaluation", checkpoint_name(_current_iteration()))
-
-
-def _current_iteration():
-    from libai.utils.events import get_event_storage
-
-    try:
-        return get_event_storage().iter
-    except AssertionError:  # outside training
-        return -1
+            fault_point("mid_evaluation", checkpoint_name(self.watcher.iteration))
 
 
 def evaluate_interruptibly(evaluate, test_loaders, model):
@@ -142,8 +136,8 @@ def evaluate_interruptibly(evaluate, test_loaders, model):
         return evaluate([InterruptibleLoader(loader, watcher) for loader in test_loaders])
     except EvaluationInterrupted:
         module.train(training)  # LiBai's inference_context does not restore the mode on an exception
-        logger.warning(f"evaluation at iteration {_current_iteration()} interrupted by a preemption: its results "
-                       "are not recorded")
+        logger.warning(f"evaluation at iteration {watcher.iteration} interrupted by a preemption: its results are "
+                       "not recorded")
         return None
 
 

@@ -156,6 +156,7 @@ class PreemptionWatcher:
         self.rank = int(os.environ.get("RANK", "0")) if rank is None else rank
         self.signal_name = None  # the first preemption signal this rank received
         self.committed = None  # the checkpoint committed for this preemption
+        self.iteration = None  # the training step under way (set by the training loop, for messages)
         self._lock = threading.RLock()
         self._requested_at = None
         self._agreed = False
