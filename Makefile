@@ -18,8 +18,8 @@ LIBAI_MAIN_VENV ?= .venv-libai-main
 # sampler shards, stage-0-only loading, seeding, stochastic layers, the batch guard, evaluation padding, exact
 # and elastic resume, data position, initial weights, the train_net swap, graph mode, the global batch mixup,
 # accumulation, LiBai's own layers and its GPT-2, BERT, ViT and Swin against 1 rank (their text data built with
-# LiBai's preprocess tool), committed checkpoints, launcher lifetime and the GPU host. Their quick tier, plus
-# the long tests of LIBAI_MAIN_LONG_TESTS: the fault matrix and LiBai's models on every layout.
+# LiBai's preprocess tool), committed checkpoints, preemption, launcher lifetime and the GPU host. Their quick tier,
+# plus the long tests of LIBAI_MAIN_LONG_TESTS: the fault matrix, preemption's cases and LiBai's models on every layout.
 LIBAI_MAIN_TESTS ?= tests/test_compat.py tests/test_environment.py tests/test_batch_errors.py \
   tests/test_pairing.py tests/test_stage0_loading.py tests/test_seeding.py tests/test_stochastic.py \
   tests/test_batch_check.py tests/test_evaluation.py tests/test_resume.py tests/test_elastic_resume.py \
@@ -27,8 +27,8 @@ LIBAI_MAIN_TESTS ?= tests/test_compat.py tests/test_environment.py tests/test_ba
   tests/test_global_mixup.py tests/test_global_mixup_layouts.py tests/test_accumulation_equivalence.py \
   tests/test_text_data.py tests/test_compat_libai_zoo.py tests/test_libai_zoo.py tests/test_libai_zoo_configs.py \
   tests/test_zoo_equivalence.py tests/test_checkpoint_commit.py tests/test_checkpoint_faults.py \
-  tests/test_launcher_lifetime.py tests/test_gpu_host.py
-LIBAI_MAIN_LONG_TESTS ?= tests/test_checkpoint_faults.py tests/test_zoo_equivalence.py
+  tests/test_preemption.py tests/test_launcher_lifetime.py tests/test_gpu_host.py
+LIBAI_MAIN_LONG_TESTS ?= tests/test_checkpoint_faults.py tests/test_preemption.py tests/test_zoo_equivalence.py
 
 .PHONY: setup demo test test-all test-libai-main experiment benchmark clean-venv
 

@@ -37,6 +37,12 @@ config keys read by libai_ext (default when the config does not set them):
   train.load_weight           initial weights (a checkpoint folder), loaded unless the run resumes
                               from a checkpoint (LiBai 0.1.1 reads it only under --resume)
                               (default "")
+  train.preemption.enabled    on one of train.preemption.signals every rank finishes its step, the
+                              ranks agree on the step, commit its checkpoint and exit with 143
+                              (default true)
+  train.preemption.signals    the signals that preempt (default ["SIGTERM", "SIGUSR1"])
+  train.preemption.grace_s    seconds from the first signal until a rank ends at the latest, saved
+                              or not (124) (default 25)
   dataloader.train.mixup_func with train.randomness="layout_invariant", mixup runs once on the
                               global batch; its mode must be "batch"
   On LiBai main, train.rdma_enabled (false), train.dist.device_type and
@@ -56,6 +62,12 @@ EXIT_CODES = (
     (1, "an error on this rank: a bad config value (the message names the key), a failed run; "
         "each rank ends at once, none is left waiting for the others"),
     (2, "bad command-line arguments"),
+    (124, "preempted, but the checkpoint could not be committed within train.preemption.grace_s: resume "
+          "continues from the last committed one"),
+    (130, "a second SIGTERM, or SIGINT, ended the preemption's save: resume continues from the last "
+          "committed checkpoint"),
+    (143, "preempted (SIGTERM, SIGUSR1): the checkpoint of the step reached is committed, resume continues "
+          "there (OneFlow's launcher itself exits with 1 when signalled)"),
 )
 
 EXAMPLES = (
