@@ -19,12 +19,13 @@ Long tier: SIGTERM to the ranks only (``srun`` signals its tasks); to the launch
 group (its SIGTERM is no preemption: the other ranks end at once) and under ``timeout`` (the
 launcher leads no group: the ranks end with it, as ``die_with_launcher`` promises).
 """
-import os
 import signal
 
 import pytest
+from omegaconf import OmegaConf
 
 from conftest import rank_script
+from libai_ext.engine.preemption import preemption_settings
 from libai_ext.engine.preemption_signals import (
     ECHO_WINDOW_S, EXIT_GRACE_EXPIRED, EXIT_INTERRUPTED, EXIT_PREEMPTED,
 )
@@ -127,3 +128,23 @@ def test_after_a_failed_rank_the_others_end_at_once(tmp_path, under_timeout):
     why = "its launcher ended: this rank ends at once" if under_timeout else "the launcher is stopping a failed job"
     assert why in log, log[-3000:]
     assert job.exit_codes()[1] in (-signal.SIGKILL, None)
+
+
+@pytest.mark.parametrize("settings, error", [
+    ({"signals": ["SIGTERN"]}, r"train.preemption.signals: 'SIGTERN' is not a signal name"),
+    ({"signals": ["SIGKILL"]}, r"train.preemption.signals: SIGKILL cannot be caught"),
+    ({"signals": ["SIGALRM"]}, r"train.preemption.signals: SIGALRM is the grace period's timer"),
+    ({"grace_s": 0}, r"train.preemption.grace_s=0 must be a positive number of seconds"),
+    ({"grace_s": "25"}, r"train.preemption.grace_s='25' must be a positive number of seconds"),
+    ({"enabled": "yes"}, r"train.preemption.enabled='yes' must be true or false"),
+])
+def test_bad_settings_are_refused_naming_the_key(settings, error):
+    with pytest.raises(ValueError, match=error):
+        preemption_settings(OmegaConf.create({"train": {"preemption": settings}}))
+
+
+def test_the_defaults_and_other_spellings():
+    assert preemption_settings(OmegaConf.create({"train": {}})) == (True, (signal.SIGTERM, signal.SIGUSR1), 25.0)
+    cfg = OmegaConf.create({"train": {"preemption": {"signals": ["usr2", 15], "grace_s": 40}}})
+    assert preemption_settings(cfg) == (True, (signal.SIGUSR2, signal.SIGTERM), 40.0)
+    assert preemption_settings(OmegaConf.create({"train": {"preemption": {"enabled": False}}}))[0] is False
