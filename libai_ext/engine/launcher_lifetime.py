@@ -26,12 +26,19 @@ DISABLE_ENV = "LIBAI_EXT_DIE_WITH_LAUNCHER"
 LAUNCHER_MODULE = "oneflow.distributed.launch"
 
 
-def is_oneflow_launcher(pid):
-    """True when process ``pid`` runs ``python -m oneflow.distributed.launch`` (or its file)."""
+def process_argv(pid):
+    """The command line of process ``pid`` (Linux), or None."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read().decode(errors="replace").split("\0")
+            return f.read().decode(errors="replace").split("\0")
     except OSError:
+        return None
+
+
+def is_oneflow_launcher(pid):
+    """True when process ``pid`` runs ``python -m oneflow.distributed.launch`` (or its file)."""
+    argv = process_argv(pid)
+    if argv is None:
         return False
     launcher_file = os.path.join("oneflow", "distributed", "launch.py")
     return LAUNCHER_MODULE in argv or any(arg.endswith(launcher_file) for arg in argv)

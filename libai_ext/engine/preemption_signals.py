@@ -33,7 +33,7 @@ import signal
 import threading
 import time
 
-from .launcher_lifetime import DISABLE_ENV, is_oneflow_launcher, set_parent_death_signal
+from .launcher_lifetime import DISABLE_ENV, is_oneflow_launcher, process_argv, set_parent_death_signal
 
 logger = logging.getLogger(__name__)
 
@@ -120,10 +120,8 @@ def _children(pid):
 
 def launcher_nproc(pid):
     """``--nproc_per_node`` of the OneFlow launcher ``pid`` (its ranks on this host), or None."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read().decode(errors="replace").split("\0")
-    except OSError:
+    argv = process_argv(pid)
+    if argv is None:
         return None
     for index, arg in enumerate(argv):
         if arg.startswith("--nproc"):  # argparse takes any unambiguous prefix of --nproc_per_node
@@ -172,6 +170,7 @@ class PreemptionWatcher:
         self._tied = False  # the launcher's end is this rank's end (die_with_launcher)
         self._echo_expected = False
         self._siblings = []
+        self._nproc = None
         self._launcher_gone = False
 
     # --- what the training loop reads --------------------------------------------------
@@ -219,6 +218,7 @@ class PreemptionWatcher:
             self._tied = os.environ.get(DISABLE_ENV, "1") != "0"
             self._echo_expected = os.getpgrp() == parent
             self._siblings = [(pid, start) for pid, start in _children(parent) if pid != os.getpid()]
+            self._nproc = launcher_nproc(parent)  # a rank that ended before this one armed is not among them
         read_end, write_end = os.pipe()
         os.set_blocking(write_end, False)
         self._pipe = (read_end, write_end)
@@ -373,10 +373,13 @@ class PreemptionWatcher:
         """How many ranks of this host ended already (0 without a launcher)."""
         if self.launcher is None:
             return 0
-        expected = launcher_nproc(self.launcher)
-        if expected is None:  # count those seen at arming
-            return sum(_start_time(pid) != start for pid, start in self._siblings)
-        return max(0, expected - len(_children(self.launcher)))
+        seen_at_arming = sum(_start_time(pid) != start for pid, start in self._siblings)
+        if self._nproc is None:
+            return seen_at_arming
+        alive = len(_children(self.launcher))
+        if os.getppid() != self.launcher:  # the launcher is gone: its children cannot be counted any more
+            return seen_at_arming
+        return max(seen_at_arming, self._nproc - alive)
 
     # --- the deadline ----------------------------------------------------------------------
 
