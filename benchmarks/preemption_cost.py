@@ -1,107 +1,69 @@
-"""What preemption costs a step: the ranks' agreement (one all-gather of a flag) against the whole step.
+"""What preemption costs a training step: the same job with ``train.preemption.enabled`` on and off.
 
-    .venv/bin/python benchmarks/preemption_cost.py [--ranks 2] [--iters 60] [--warmup 10] [--model demo|gpt2]
-        [--out FILE]
+    .venv/bin/python benchmarks/preemption_cost.py [--ranks 2 4 8] [--iters 40] [--warmup 10] [--repeats 3]
+        [--model demo|gpt2] [--out FILE]
 
-Trains the demo (configs/demo_pipeline_cpu.py, pp2 on 2 ranks, dp2 x pp2 on 4, dp2 x tp2 x pp2 on 8)
-or LiBai's GPT-2 (``--model gpt2``, as ``benchmarks/trainer_overhead.py`` runs it) with
-``ConsistentBatchTrainer`` and preemption on, as any run has it.  Every rank times, in the same
-steps, the preemption hook's ``after_step`` (the agreement: is any rank signalled?) and the whole
-step, from the hook's ``before_step`` to the end of its ``after_step``; the report gives each
-rank's medians after ``--warmup`` steps and their ratio.  Side by side in one run: the ratio holds
-on a busy host, the milliseconds do not.
+With preemption on (the default), the ranks agree at the end of every step whether any of them
+was signalled: one all-gather of a flag, read on every rank.  Runs ``benchmarks/trainer_overhead.py``'s
+job (the demo, or LiBai's GPT-2 with ``--model gpt2``; 2 ranks pp2, 4 ranks dp2 x pp2, 8 ranks
+dp2 x tp2 x pp2; ``ConsistentBatchTrainer``'s default path) with preemption on and off, interleaved
+``--repeats`` times (each repeat starts with the other), and reports rank 0's median step time
+after ``--warmup`` steps, its spread over the repeats, and the ratio on / off.
 """
 import argparse
-import json
 import os
 import statistics
 import sys
 import tempfile
-import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-RECORD_ENV = "PREEMPTION_COST_RECORD"
-LAYOUTS = {2: (1, 1, 2), 4: (2, 1, 2), 8: (2, 2, 2)}
+import trainer_overhead  # benchmarks/trainer_overhead.py (scripts run from benchmarks/)
+from report import publish
 
-
-def rank_main(argv):
-    """On each rank: tools/train_net.py with the preemption hook timed."""
-    from libai_ext.cli.train_net import main
-    from libai_ext.engine.preemption import PreemptionHook
-
-    times = []
-    before, after = PreemptionHook.before_step, PreemptionHook.after_step
-
-    def timed_before(hook):
-        hook._step_start = time.perf_counter()
-        before(hook)
-
-    def timed_after(hook):
-        start = time.perf_counter()
-        after(hook)
-        end = time.perf_counter()
-        times.append((hook.trainer.iter, (end - start) * 1e3, (end - hook._step_start) * 1e3))
-        with open(f"{os.environ[RECORD_ENV]}.rank{os.environ.get('RANK', '0')}", "w") as f:
-            json.dump(times, f)
-
-    PreemptionHook.before_step, PreemptionHook.after_step = timed_before, timed_after
-    return main(argv)
+VARIANTS = {"preemption on": ["train.preemption.enabled=True"], "preemption off": ["train.preemption.enabled=False"]}
+BASE = trainer_overhead.VARIANTS["layout_invariant"]
 
 
-def run(model, nproc, iters, workdir):
-    from libai_ext.testing import launch
-
-    dp, tp, pp = LAYOUTS[nproc]
+def measure(model, nproc, iters, warmup, repeats, workdir):
+    """{variant: [rank 0's median step time per repeat]}."""
     data = os.path.join(workdir, "data")
-    config = {"demo": ["--config-file", os.path.join(ROOT, "configs", "demo_pipeline_cpu.py"),
-                       f"dataloader.train.dataset.0.root.root={data}/digits"],
-              "gpt2": ["--config-file", os.path.join(ROOT, "configs", "libai_gpt2_cpu.py"),
-                       f"text_data.root={data}/libai_text", "model.cfg.bias_dropout_fusion=False",
-                       "model.cfg.scale_mask_softmax_fusion=False"]}[model]
-    record = os.path.join(workdir, "times")
-    args = [*config, f"train.output_dir={workdir}/run", f"train.train_iter={iters}", "train.evaluation.enabled=False",
-            f"train.checkpointer.period={iters * 10}", f"train.dist.data_parallel_size={dp}",
-            f"train.dist.tensor_parallel_size={tp}", f"train.dist.pipeline_parallel_size={pp}"]
-    launch(os.path.abspath(__file__), nproc, args, timeout=3600, env=dict(os.environ, **{RECORD_ENV: record}),
-           workdir=os.path.join(workdir, "logs"))
-    by_rank = {}
-    for rank in range(nproc):
-        with open(f"{record}.rank{rank}") as f:
-            by_rank[rank] = json.load(f)
-    return by_rank
+    steps = {variant: [] for variant in VARIANTS}
+    for repeat in range(repeats):
+        for variant in trainer_overhead.rotated(list(VARIANTS), repeat):
+            trainer_overhead.VARIANTS[variant] = BASE + VARIANTS[variant]
+            timings = trainer_overhead.run(model, nproc, variant, iters, os.path.join(workdir, str(repeat)), data)
+            steps[variant].append(statistics.median(timings[0]["step_times"][warmup:]))
+    return steps
 
 
-def report(by_rank, warmup, args, load):
-    lines = [f"# Preemption's agreement against the step ({args.model}, {args.ranks} ranks)", "",
-             f"`{' '.join(['.venv/bin/python benchmarks/preemption_cost.py'] + sys.argv[1:])}`; "
-             f"load average at the start {load}", "",
-             "| rank | steps | step (median ms) | agreement (median ms) | agreement / step |", "|---|---|---|---|---|"]
-    for rank, times in sorted(by_rank.items()):
-        kept = [t for t in times if t[0] >= warmup]
-        step = statistics.median(t[2] for t in kept)
-        agreement = statistics.median(t[1] for t in kept)
-        lines.append(f"| {rank} | {len(kept)} | {step:.1f} | {agreement:.2f} | {agreement / step:.4f} |")
-    return "\n".join(lines) + "\n"
+def table(results):
+    lines = ["| ranks (dp,tp,pp) | preemption | step time (s) | min-max over repeats | on / off |", "|---|---|---|---|---|"]
+    for nproc, steps in results.items():
+        off = statistics.median(steps["preemption off"])
+        for variant, times in steps.items():
+            median = statistics.median(times)
+            lines.append(f"| {nproc} {trainer_overhead.LAYOUTS[nproc]} | {variant.split()[1]} | {median:.3f} "
+                         f"| {min(times):.3f}-{max(times):.3f} | {median / off:.3f} |")
+    return "\n".join(lines)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ranks", type=int, default=2, choices=sorted(LAYOUTS))
-    parser.add_argument("--iters", type=int, default=60)
+    parser.add_argument("--ranks", type=int, nargs="+", default=[2], choices=sorted(trainer_overhead.LAYOUTS))
+    parser.add_argument("--iters", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--model", default="demo", choices=["demo", "gpt2"])
-    parser.add_argument("--out", help="also write the markdown report here")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--model", choices=sorted(trainer_overhead.MODELS), default="demo")
+    parser.add_argument("--out", default=None, help="also write the markdown report here")
     args = parser.parse_args()
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     with tempfile.TemporaryDirectory(prefix="preemption-cost-") as workdir:
-        by_rank = run(args.model, args.ranks, args.iters, workdir)
-    from report import publish
-
-    publish(report(by_rank, args.warmup, args, load), args.out)
+        results = {nproc: measure(args.model, nproc, args.iters, args.warmup, args.repeats, workdir)
+                   for nproc in args.ranks}
+    end_load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    publish(f"# Preemption's cost per step ({args.model})\n\n"
+            f"`.venv/bin/python benchmarks/preemption_cost.py {' '.join(sys.argv[1:])}` "
+            f"(load average {load} at the start, {end_load} at the end)\n\n{table(results)}\n", args.out)
 
 
 if __name__ == "__main__":
-    if RECORD_ENV in os.environ:
-        sys.exit(rank_main(sys.argv[1:]))
     main()

@@ -7,14 +7,18 @@ one-sided and generous (a loaded 2-core host): ranks must outlive the launcher, 
 the grace period plus ``SLACK_S``.  Every loss any run records equals the uninterrupted run's
 (``demo_reference``), bit for bit.
 
+The ranks stop after the step that follows the one the signal arrived in (they read, at the end of
+each step, the flags all ranks sent at the end of the previous one), or at once when the signal
+comes during an evaluation (its batches are agreed on one by one).
+
 * Quick tier: SIGTERM to the launcher's process group once 3 iterations are logged (as a
-  scheduler signals a job), pp2.  OneFlow's launcher exits at once; both ranks finish the step,
-  agree on it, commit its checkpoint, log it and exit with 143.
+  scheduler signals a job), pp2.  OneFlow's launcher exits at once; both ranks agree on a step,
+  commit its checkpoint, log it and exit with 143.
 * Long tier, chained (each launch resumes the previous one's commit):
-  - pp2: SIGTERM during a periodic save (the checkpoint of that step is reused); during an
-    evaluation (cut short, its step committed); a grace period too short for the save (the save
-    stalls: both ranks end at its end with 124, nothing under the new name, the last commit
-    stays); then a resume to the end.
+  - pp2: SIGTERM during a periodic save (it commits; the ranks stop after the next step and
+    commit that); during an evaluation (cut short; its step's periodic checkpoint is the one); a
+    grace period too short for the save (the save stalls: both ranks end at its end with 124,
+    nothing under the new name, the last commit stays); then a resume to the end.
   - dp2: SIGTERM to the ranks only (``srun`` signals its tasks; the launcher stays until a rank
     ends); then a resume to the end.
   - stock LiBai (``DefaultTrainer``) under the same signal: the ranks die, nothing is saved.
@@ -46,6 +50,8 @@ class Run:
         output = workdir / "run"
         args = (["--resume"] if resume else []) + train_args(repo_root, output, data, layout, PERIOD) + list(extra)
         run_env = dict(os.environ, **(env or {}))
+        logs = [output / "log.txt", output / "log.txt.rank1"]  # LiBai appends: this launch's part only
+        before = [len(read_text(log)) for log in logs]
         with ReapedJob(train_net(repo_root), NPROC, args, env=run_env, log_path=workdir / f"{name}.log",
                        timeout_s=JOB_TIMEOUT_S) as job:
             job.wait_for_ranks(JOB_TIMEOUT_S)
@@ -56,7 +62,7 @@ class Run:
         self.records = new_losses(str(output), seen)
         self.seen = seen + len(self.records)
         self.log = job.log()
-        self.rank_logs = [read_text(output / "log.txt"), read_text(output / "log.txt.rank1")]
+        self.rank_logs = [read_text(log)[start:] for log, start in zip(logs, before)]
         self.pointer = read_text(output / "last_checkpoint")  # as this launch left them
         self.folders = sorted(os.listdir(output))
 
@@ -102,7 +108,7 @@ def test_sigterm_to_the_process_group_commits_the_step_reached(repo_root, tmp_pa
     job = run.job
     assert run.ended and not job.leftovers, run.log[-4000:]
     stopped = run.iterations()[-1]
-    assert run.iterations() == list(range(stopped + 1)) and 2 <= stopped < ITERS - 1, run.iterations()
+    assert run.iterations() == list(range(stopped + 1)) and 3 <= stopped < ITERS - 1, run.iterations()
     assert_preempted(run, stopped)
     # OneFlow's launcher exited at once; the ranks outlived it, committed, and ended well within the grace period.
     assert "Main process received SIGTERM, exiting" in run.log and job.launcher_rc == 1
@@ -127,37 +133,38 @@ def pp2_chain(repo_root, tmp_path_factory, demo_reference):
                                env=injected(signal=(0, "mid_weights", checkpoint(2))))}
     runs["during_eval"] = Run(repo_root, data, workdir, "pp2", "during_eval", resume=True,
                               seen=runs["during_save"].seen,
-                              extra=["train.evaluation.enabled=True", "train.evaluation.eval_period=4"],
-                              env=injected(signal=(1, "mid_evaluation", checkpoint(3))))
+                              extra=["train.evaluation.enabled=True", "train.evaluation.eval_period=6"],
+                              env=injected(signal=(1, "mid_evaluation", checkpoint(5))))
     runs["short_grace"] = Run(repo_root, data, workdir, "pp2", "short_grace", resume=True,
                               seen=runs["during_eval"].seen, extra=[f"train.preemption.grace_s={SHORT_GRACE_S:g}"],
-                              env=injected(signal=(0, "before_agreement", checkpoint(4)),
-                                           stall=(0, "mid_weights", checkpoint(4))))
+                              env=injected(signal=(0, "before_agreement", checkpoint(6)),
+                                           stall=(0, "mid_weights", checkpoint(7))))
     runs["final"] = Run(repo_root, data, workdir, "pp2", "final", resume=True, seen=runs["short_grace"].seen)
     return demo_reference("pp2"), runs
 
 
 @pytest.mark.long
-def test_sigterm_during_a_periodic_save_commits_it_and_stops_there(pp2_chain):
+def test_sigterm_during_a_periodic_save_lets_it_commit_then_stops_after_the_next_step(pp2_chain):
     reference, runs = pp2_chain
     run = runs["during_save"]
     assert f"{SIGNAL_MESSAGE} rank 0 at mid_weights of {checkpoint(2)}" in run.log
-    assert run.ended and not run.job.leftovers and run.iterations() == [0, 1, 2], run.log[-4000:]
-    assert_preempted(run, 2, reused=True)
+    assert run.ended and not run.job.leftovers and run.iterations() == [0, 1, 2, 3], run.log[-4000:]
+    assert f"committed checkpoint {run.output}/{checkpoint(2)} " in run.rank_logs[0]
+    assert_preempted(run, 3)
     assert run.job.exit_codes() == {0: EXIT_PREEMPTED, 1: EXIT_PREEMPTED}
     assert_on_reference(run, reference)
 
 
 @pytest.mark.long
-def test_sigterm_during_an_evaluation_cuts_it_short_and_commits_the_step(pp2_chain):
+def test_sigterm_during_an_evaluation_cuts_it_short_and_stops_after_its_step(pp2_chain):
     reference, runs = pp2_chain
     run = runs["during_eval"]
-    assert f"{SIGNAL_MESSAGE} rank 1 at mid_evaluation of {checkpoint(3)}" in run.log
-    assert f"Loading checkpoint from {run.output}/{checkpoint(2)}" in run.rank_logs[0]
-    assert run.ended and run.iterations() == [3], run.log[-4000:]
+    assert f"{SIGNAL_MESSAGE} rank 1 at mid_evaluation of {checkpoint(5)}" in run.log
+    assert f"Loading checkpoint from {run.output}/{checkpoint(3)}" in run.rank_logs[0]
+    assert run.ended and run.iterations() == [4, 5], run.log[-4000:]
     for log in run.rank_logs:
-        assert "evaluation at iteration 3 interrupted by a preemption: its results are not recorded" in log
-    assert_preempted(run, 3)
+        assert "evaluation at iteration 5 interrupted by a preemption: its results are not recorded" in log
+    assert_preempted(run, 5, reused=True)  # the periodic checkpoint of iteration 5, committed before the evaluation
     assert run.job.exit_codes() == {0: EXIT_PREEMPTED, 1: EXIT_PREEMPTED}
     assert_on_reference(run, reference)
 
@@ -166,16 +173,16 @@ def test_sigterm_during_an_evaluation_cuts_it_short_and_commits_the_step(pp2_cha
 def test_a_grace_period_too_short_leaves_the_last_commit_as_the_resume_point(pp2_chain):
     reference, runs = pp2_chain
     run, job = runs["short_grace"], runs["short_grace"].job
-    assert f"Loading checkpoint from {run.output}/{checkpoint(3)}" in run.rank_logs[0]
-    assert run.ended and not job.leftovers and run.iterations() == [4], run.log[-4000:]
+    assert f"Loading checkpoint from {run.output}/{checkpoint(5)}" in run.rank_logs[0]
+    assert run.ended and not job.leftovers and run.iterations() == [6, 7], run.log[-4000:]
     assert job.exit_codes() == {0: EXIT_GRACE_EXPIRED, 1: EXIT_GRACE_EXPIRED}, (job.exit_codes(), run.log[-4000:])
     assert "the grace period of 3 s (train.preemption.grace_s) ran out before the checkpoint was committed" in run.log
     # Both ranks outlived the launcher, waited for the stalled save, and ended at the end of the grace period.
     for rank in range(NPROC):
         assert 1.0 < job.ended_s[rank] - job.launcher_ended_s < SHORT_GRACE_S + SLACK_S, (job.ended_s, job)
     # Nothing under the new name; the stalled save sits under its temporary name; the last commit stays.
-    assert checkpoint(4) not in run.folders and f"{checkpoint(4)}.uncommitted" in run.folders
-    assert run.pointer == checkpoint(3)
+    assert checkpoint(7) not in run.folders and f"{checkpoint(7)}.uncommitted" in run.folders
+    assert run.pointer == checkpoint(5)
     assert_on_reference(run, reference)
 
 
@@ -184,9 +191,9 @@ def test_the_resume_after_those_preemptions_finishes_on_the_reference(pp2_chain)
     reference, runs = pp2_chain
     run = runs["final"]
     for log in run.rank_logs:
-        assert f"--resume: skipping {run.output}/{checkpoint(4)}.uncommitted: its save was interrupted" in log
-    assert f"Loading checkpoint from {run.output}/{checkpoint(3)}" in run.rank_logs[0]
-    assert run.ended and run.job.launcher_rc == 0 and run.iterations() == list(range(4, ITERS)), run.log[-4000:]
+        assert f"--resume: skipping {run.output}/{checkpoint(7)}.uncommitted: its save was interrupted" in log
+    assert f"Loading checkpoint from {run.output}/{checkpoint(5)}" in run.rank_logs[0]
+    assert run.ended and run.job.launcher_rc == 0 and run.iterations() == list(range(6, ITERS)), run.log[-4000:]
     assert run.pointer == "model_final"
     assert_on_reference(run, reference)
 

@@ -37,9 +37,8 @@ config keys read by libai_ext (default when the config does not set them):
   train.load_weight           initial weights (a checkpoint folder), loaded unless the run resumes
                               from a checkpoint (LiBai 0.1.1 reads it only under --resume)
                               (default "")
-  train.preemption.enabled    on one of train.preemption.signals every rank finishes its step, the
-                              ranks agree on the step, commit its checkpoint and exit with 143
-                              (default true)
+  train.preemption.enabled    on one of train.preemption.signals the ranks stop together after the
+                              next step, commit its checkpoint and exit with 143 (default true)
   train.preemption.signals    the signals that preempt (default ["SIGTERM", "SIGUSR1"])
   train.preemption.grace_s    seconds from the first signal until a rank ends at the latest, saved
                               or not (124) (default 25)

@@ -112,8 +112,8 @@ class ConsistentBatchTrainer(DefaultTrainer):
     leaves the last committed checkpoint resumable, and ``--resume`` takes the newest intact one.
     A second live run into the same output folder is refused (``output_lock``).
 
-    Preemption (``train.preemption``, ``libai_ext.engine.preemption``): on SIGTERM or SIGUSR1 every
-    rank finishes its step, the ranks agree on it, commit its checkpoint and exit with 143.
+    Preemption (``train.preemption``, ``libai_ext.engine.preemption``): on SIGTERM or SIGUSR1 the
+    ranks stop together after the next step, commit its checkpoint and exit with 143.
 
     Randomness: checkpoints also hold every rank's python/numpy/OneFlow state, so
     ``--resume`` continues the exact random streams; evaluation runs inside a saved and
