@@ -19,6 +19,7 @@ batches): its results are not recorded, and the save does not wait for it.
 a save that cannot finish in time leaves its folder under the temporary name, the last
 committed checkpoint stays the resume point, and the rank ends with ``EXIT_GRACE_EXPIRED``.
 """
+import contextlib
 import logging
 import os
 
@@ -27,12 +28,11 @@ from libai.engine.hooks import HookBase
 
 from ..testing.fault_injection import fault_point
 from .agreement import any_rank, flags_read, flags_sent
-from .preemption_signals import (
-    DEFAULT_GRACE_S, DEFAULT_SIGNALS, EXIT_PREEMPTED, PreemptionWatcher, armed_watcher, parse_signals,
-)
+from .preemption_signals import DEFAULT_GRACE_S, DEFAULT_SIGNALS, EXIT_PREEMPTED, PreemptionWatcher, parse_signals
 
 logger = logging.getLogger(__name__)
 CHECKPOINT_PREFIX = "model"
+_training = None  # the watcher of the training under way in this process: evaluations agree through it
 
 
 class Preempted(SystemExit):
@@ -137,7 +137,7 @@ class InterruptibleLoader:
 
 def evaluate_interruptibly(evaluate, test_loaders, model):
     """``evaluate(test_loaders)``, cut short (None) once the ranks agree to stop for a preemption."""
-    watcher = armed_watcher()
+    watcher = _training
     if watcher is None:
         return evaluate(test_loaders)
     module = getattr(model, "model", model)  # an nn.Graph evaluates its module
@@ -151,11 +151,26 @@ def evaluate_interruptibly(evaluate, test_loaders, model):
         return None
 
 
+@contextlib.contextmanager
+def preemptible(trainer):
+    """Around ``trainer.train()``: preemption armed (``arm_preemption``), and disarmed at the end of a
+    training no signal interrupted (a preemption under way keeps it until the process ends)."""
+    global _training
+    watcher = _training = arm_preemption(trainer)
+    try:
+        yield watcher
+    finally:
+        if watcher is not None and not (watcher.requested or watcher.stop_agreed):
+            _training = None
+            watcher.disarm()
+
+
 def arm_preemption(trainer):
     """Arm a ``PreemptionWatcher`` and register a ``PreemptionHook`` as ``trainer``'s last hook.
 
     Returns the watcher (None when ``train.preemption.enabled`` is false).  Every rank registers the
-    hook, so every rank joins its collective even where the watcher could not be armed.
+    hook and evaluates through the watcher, so every rank joins their collectives even where the
+    watcher could not be armed.
     """
     enabled, signals, grace_s = preemption_settings(trainer.cfg)
     if not enabled:

@@ -72,11 +72,6 @@ def parse_signals(values, key="train.preemption.signals"):
     return tuple(dict.fromkeys(parsed))
 
 
-def armed_watcher():
-    """The ``PreemptionWatcher`` armed in this process, or None."""
-    return _ARMED
-
-
 def _forget_in_child():
     # A process forked by the rank (a data loader worker) inherits the handlers and the wakeup
     # fd: its signals would reach this rank's reader thread.  It gets the defaults back.
@@ -258,11 +253,14 @@ class PreemptionWatcher:
     def _release_in_child(self):
         global _ARMED
         _ARMED = None
-        for sig, previous in self._previous.items():
-            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
-        signal.set_wakeup_fd(-1)
         for fd in self._pipe or ():
             os.close(fd)
+        try:
+            signal.set_wakeup_fd(-1)
+            for sig, previous in self._previous.items():
+                signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+        except ValueError:  # forked from a thread that is not the main one: its writes fail on the closed fd
+            pass
 
     def _on_signal(self, signum, frame):
         # The main thread runs this when it next executes Python: the reader thread counts the

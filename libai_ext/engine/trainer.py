@@ -21,7 +21,7 @@ from .config_checks import recording_layer_indices, warn_on_pipeline_layer_misma
 from .global_loader import layout_invariant, order_train_loaders, use_global_test_order, wants_global_order
 from .launcher_lifetime import die_with_launcher
 from .output_lock import claim_output_dir
-from .preemption import arm_preemption, evaluate_interruptibly
+from .preemption import evaluate_interruptibly, preemptible
 from .resume import choose_resume_checkpoint, continue_finished_run, load_checkpoint_or_weights
 from .stage0_loading import Stage0Batch, Stage0OnlyLoader
 from .step_batches import StepBatchLoader, StepMicroBatch
@@ -155,12 +155,8 @@ class ConsistentBatchTrainer(DefaultTrainer):
             position.check_resumed(resumed)
 
     def train(self):
-        watcher = arm_preemption(self)  # its hook is the last of every step
-        try:
+        with preemptible(self):  # its hook is the last of every step
             return super().train()
-        finally:
-            if watcher is not None:
-                watcher.disarm()  # a no-op once a preemption is under way
 
     def run_step(self):
         # get_batch is a classmethod LiBai calls without the iteration: hand it over here, and
