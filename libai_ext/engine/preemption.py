@@ -7,7 +7,7 @@ previous step: every rank reads the same flags at the same step, so all stop aft
 whichever rank saw the signal first and whatever its clock says.  Reading the previous step's
 flags rather than this one's means no rank waits for the others at every step (measured: a
 rendezvous at every step cost pp2 1.5x its step time on a busy host); the stop comes one step
-later: after the step that follows the one the signal arrived in.  The ranks then commit a
+later: after the step that follows the one in which the rank saw the signal.  The ranks then commit a
 checkpoint of that step through ``CommittedCheckpointer`` (reusing the periodic one if this step
 just committed it), log it, and end with ``EXIT_PREEMPTED`` (143): ``--resume`` continues with
 the next step, as if nothing happened.
