@@ -56,7 +56,7 @@ def _rank_of(pid):
     except OSError:
         return None
     rank = env.get(b"RANK")
-    return int(rank) if rank is not None else None
+    return int(rank) if rank is not None and rank.isdigit() else None
 
 
 class ReapedJob:
@@ -71,6 +71,10 @@ class ReapedJob:
             "--master_port", str(free_port()), str(script), *map(str, args)]
         self.env = pin_to_device(os.environ if env is None else env, "cpu")
         self.env.setdefault("OMP_NUM_THREADS", "1")
+        # `import oneflow` sets RANK=-1 in this process: the launcher's children would show it between their fork
+        # and their exec, before the launcher's own RANK for each replaces it.
+        for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+            self.env.pop(name, None)
         self.start = None
         self.proc = None
         self.launcher = None  # pid of oneflow.distributed.launch
