@@ -1,7 +1,7 @@
 """What preemption costs a training step: the same job with ``train.preemption.enabled`` on and off.
 
     .venv/bin/python benchmarks/preemption_cost.py [--ranks 2 4 8] [--iters 40] [--warmup 10] [--repeats 3]
-        [--model demo|gpt2] [--out FILE]
+        [--model demo|gpt2] [--out benchmarks/results/preemption_cost.md]
 
 With preemption on (the default), the ranks agree at the end of every step whether any of them
 was signalled: one all-gather of a flag, read on every rank.  Runs ``benchmarks/trainer_overhead.py``'s
@@ -13,7 +13,6 @@ after ``--warmup`` steps, its spread over the repeats, and the ratio on / off.
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 
 import trainer_overhead  # benchmarks/trainer_overhead.py (scripts run from benchmarks/)
@@ -55,14 +54,10 @@ def main():
     parser.add_argument("--model", choices=sorted(trainer_overhead.MODELS), default="demo")
     parser.add_argument("--out", default=None, help="also write the markdown report here")
     args = parser.parse_args()
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     with tempfile.TemporaryDirectory(prefix="preemption-cost-") as workdir:
         results = {nproc: measure(args.model, nproc, args.iters, args.warmup, args.repeats, workdir)
                    for nproc in args.ranks}
-    end_load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    publish(f"# Preemption's cost per step ({args.model})\n\n"
-            f"`.venv/bin/python benchmarks/preemption_cost.py {' '.join(sys.argv[1:])}` "
-            f"(load average {load} at the start, {end_load} at the end)\n\n{table(results)}\n", args.out)
+    publish(table(results) + "\n", args.out, title=f"Preemption's cost per step ({args.model})")
 
 
 if __name__ == "__main__":

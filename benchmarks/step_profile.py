@@ -112,16 +112,15 @@ def main():
     workdir = tempfile.mkdtemp(prefix="step-profile-")
     results = {v: profile(args.model, args.ranks, v, args.iters, args.warmup, workdir) for v in args.variants}
     layout = trainer_overhead.LAYOUTS[args.ranks]
-    text = [f"Command: `.venv/bin/python benchmarks/step_profile.py --model {args.model} --ranks {args.ranks} "
-            f"--iters {args.iters} --warmup {args.warmup} --variants {' '.join(args.variants)} --top {args.top}`",
-            "", f"{args.ranks} ranks {layout} (dp, tp, pp), {args.iters - args.warmup} profiled steps per rank. "
+    text = [f"{args.ranks} ranks {layout} (dp, tp, pp), {args.iters - args.warmup} profiled steps per rank. "
             "Step time of rank 0 with the profiler on (median): "
             + ", ".join(f"{v} {results[v][1]:.3f} s" for v in args.variants) + "."]
     for rank in shown_ranks(args.ranks):
         stage = rank * layout[2] // args.ranks
         text += ["", f"Rank {rank} (stage {stage}):", "", table(results, args.variants, rank, args.top)]
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    publish("\n".join(text) + "\n", out)
+    publish("\n".join(text) + "\n", out, title=f"Where a training step goes: {args.model} on {args.ranks} ranks, "
+                                               "every rank profiled")
 
 
 if __name__ == "__main__":

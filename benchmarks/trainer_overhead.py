@@ -31,6 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from libai_ext.testing import launch  # noqa: E402
+from report import header  # noqa: E402  benchmarks/report.py (scripts run from benchmarks/)
 
 LAYOUTS = {2: (1, 1, 2), 4: (2, 1, 2), 8: (2, 2, 2)}
 # "consistent" variants: the pairing fix alone (train.randomness="fast": LiBai's sampler, OneFlow's init, local
@@ -135,6 +136,15 @@ def table(results):
     return "\n".join(lines)
 
 
+def title(args):
+    """What a results file of this script holds, e.g. 'Whole training step, gpt2 on 8 ranks: stock vs
+    layout_invariant, 10 repeats'."""
+    ranks = " and ".join(", ".join(map(str, args.ranks)).rsplit(", ", 1))
+    variants = "every trainer" if list(args.variants) == list(VARIANTS) else " vs ".join(args.variants)
+    repeats = f"{args.repeats} repeat{'s' * (args.repeats > 1)}"
+    return f"Whole training step, {args.model} on {ranks} ranks: {variants}, {repeats}"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--iters", type=int, default=60)
@@ -163,10 +173,7 @@ def main():
     text = table(results)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
-        f.write(f"Command: `.venv/bin/python benchmarks/trainer_overhead.py --model {args.model} --iters {args.iters} "
-                f"--warmup {args.warmup} --repeats {args.repeats} --ranks {' '.join(map(str, args.ranks))}"
-                + ("" if args.variants == list(VARIANTS) else f" --variants {' '.join(args.variants)}") + "`\n\n")
-        f.write(text + "\n")
+        f.write(header(title(args)) + text + "\n")
     print(text)
 
 
