@@ -35,14 +35,16 @@ def measure(model, nproc, iters, warmup, repeats, workdir):
 
 
 def table(results):
-    lines = ["| ranks (dp,tp,pp) | preemption | step time (s) | min-max over repeats | on / off |", "|---|---|---|---|---|"]
+    """One row per rank count and variant: rank 0's step, median and spread over the repeats, and on / off."""
+    rows = ["| ranks (dp,tp,pp) | preemption | step time (s) | min-max over repeats | on / off |",
+            "|---|---|---|---|---|"]
     for nproc, steps in results.items():
-        off = statistics.median(steps["preemption off"])
-        for variant, times in steps.items():
-            median = statistics.median(times)
-            lines.append(f"| {nproc} {trainer_overhead.LAYOUTS[nproc]} | {variant.split()[1]} | {median:.3f} "
-                         f"| {min(times):.3f}-{max(times):.3f} | {median / off:.3f} |")
-    return "\n".join(lines)
+        medians = {variant: statistics.median(times) for variant, times in steps.items()}
+        off = medians["preemption off"]
+        rows += [f"| {nproc} {trainer_overhead.LAYOUTS[nproc]} | {variant.split()[1]} | {medians[variant]:.3f} "
+                 f"| {min(times):.3f}-{max(times):.3f} | {trainer_overhead.ratio(medians[variant], off)} |"
+                 for variant, times in steps.items()]
+    return "\n".join(rows)
 
 
 def main():
