@@ -55,7 +55,8 @@ GROUPS = [
     ("Equivalence",
      "Per-iteration losses of one config on several layouts or modes, against one reference run.",
      ["layout_equivalence", "zoo_equivalence", "graph_parity", "graph_libai_equivalence"]),
-    ("Checkpoints", "Committed checkpoints against LiBai's own save and load.", ["checkpoint_cost"]),
+    ("Checkpoints", "Committed checkpoints against LiBai's own save and load, and the step with preemption's "
+     "agreement on and off.", ["checkpoint_cost", "preemption_cost"]),
 ]
 OTHER = "Other measurements"
 

@@ -37,6 +37,13 @@ KEYS = (
     ConfigKey("train.checkpointer.max_to_keep", "LiBai's: every checkpoint", "the newest periodic checkpoints "
               "kept, older ones deleted only once a newer one is committed (also on LiBai 0.1.1, which "
               "ignores the key)", LIBAI_MAIN),
+    ConfigKey("train.preemption.enabled", "true", "on one of train.preemption.signals the ranks stop together "
+              "after the next step, commit its checkpoint and exit with 143 (false: the signal ends the rank, as "
+              "in LiBai)", PLUGIN),
+    ConfigKey("train.preemption.signals", '["SIGTERM", "SIGUSR1"]', "the signals that preempt (names or numbers; "
+              "not SIGKILL, SIGSTOP or SIGALRM)", PLUGIN),
+    ConfigKey("train.preemption.grace_s", "25", "seconds from the first signal until a rank ends at the latest, "
+              "saved or not (124)", PLUGIN),
     ConfigKey("train.load_weight", '""', "initial weights (a checkpoint folder), loaded unless the run resumes "
               "from a checkpoint (LiBai 0.1.1 reads it only under --resume)", LIBAI),
     ConfigKey("train.num_accumulation_steps", "LiBai's: 1", "in eager mode the learning rate steps once per "

@@ -136,6 +136,28 @@ def libai_text_data(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def demo_reference(repo_root, tmp_path_factory):
+    """``reference(layout)``: {iteration: loss} of the demo's uninterrupted run on "pp2" or "dp2"
+    (``demo_runs``), run once per session and shared by the fault and preemption tests."""
+    from demo_runs import ITERS, NPROC, digits, train_args, train_net
+
+    from libai_ext.testing import launch, read_raw_losses
+
+    runs = {}
+
+    def reference(layout):
+        if layout not in runs:
+            output = tmp_path_factory.mktemp(f"reference-{layout}")
+            launch(train_net(repo_root), NPROC, train_args(repo_root, output / "run", digits(tmp_path_factory), layout,
+                                                          period=ITERS), timeout=600, workdir=str(output / "logs"))
+            runs[layout] = {r["iteration"]: r["total_loss"] for r in read_raw_losses(str(output / "run"))}
+            assert sorted(runs[layout]) == list(range(ITERS)), runs[layout]
+        return runs[layout]
+
+    return reference
+
+
+@pytest.fixture(scope="session")
 def libai_main_configs(tmp_path_factory):
     """LiBai main's own ``configs/`` folder, extracted from its source archive (``$LIBAI_MAIN_ARCHIVE``, else
     beside this repository; the installed packages do not ship it) into a temporary folder; returns its path."""

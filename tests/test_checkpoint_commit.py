@@ -342,3 +342,57 @@ def test_fault_injection_is_off_by_default_and_refuses_a_malformed_request(monke
 def test_manifest_is_json_a_reader_can_open(two_checkpoints):
     with open(two_checkpoints / "model_0000009" / MANIFEST) as f:
         assert json.load(f)["format"] == "libai_ext-checkpoint/1"
+
+
+def crash_between_the_renames_of(checkpointer, name, monkeypatch):
+    """Save ``name`` again, the process dying between ``replace_folder``'s two renames."""
+    renames = []
+    real_rename = os.rename
+
+    def rename(source, target):
+        renames.append((source, target))
+        if len(renames) == 2:
+            raise KeyboardInterrupt("killed between the renames")
+        real_rename(source, target)
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(KeyboardInterrupt):
+        checkpointer.save(name)
+    monkeypatch.setattr(os, "rename", real_rename)
+
+
+@pytest.mark.parametrize("name", ["model_best", "model_final"])
+def test_a_commit_that_a_save_was_replacing_is_taken_back_from_retired(tmp_path, monkeypatch, caplog, name):
+    first = checkpointer(tmp_path)
+    first.save("model_0000004", iteration=4)
+    first.save(name)
+    (tmp_path / "last_checkpoint").write_text(name)  # LiBai 0.1.1 tags model_best too
+    crash_between_the_renames_of(checkpointer(tmp_path), name, monkeypatch)
+    assert not (tmp_path / name).exists()
+    assert (tmp_path / f"{name}.retired").is_dir() and (tmp_path / staging_name(name)).is_dir()
+    with caplog.at_level(logging.WARNING):
+        choice = choose_resume_checkpoint(resume_config(tmp_path))
+    # Without the rule the pointer named "no such folder", model_0000004 was resumed and the .retired copy deleted.
+    assert choice.chosen == name and choice.restored == [name], choice
+    assert f"{tmp_path}/{name} was being replaced when the run stopped" in caplog.text
+    assert sorted(os.listdir(tmp_path)) == ["last_checkpoint", "model_0000004", name]
+    loaded = trained_parts()[0]
+    Checkpointer(loaded, str(tmp_path)).load(str(tmp_path / name), checkpointables=[])
+    assert np.array_equal(loaded.weight.to_local().numpy(), first.model.weight.to_local().numpy())
+
+
+def test_a_numbered_retired_folder_nothing_names_is_an_unfinished_deletion(two_checkpoints):
+    os.rename(two_checkpoints / "model_0000004", two_checkpoints / "model_0000004.retired")  # retention stopped there
+    choice = scan_for_resume(str(two_checkpoints), checksums=True)
+    assert (choice.chosen, choice.restored, choice.leftovers) == ("model_0000009", [], ["model_0000004.retired"])
+
+
+def test_a_damaged_retired_copy_is_not_taken_back(tmp_path, monkeypatch):
+    saver = checkpointer(tmp_path)
+    saver.save("model_0000004", iteration=4)
+    saver.save("model_best")
+    crash_between_the_renames_of(checkpointer(tmp_path), "model_best", monkeypatch)
+    os.truncate(max(tensor_files(tmp_path / "model_best.retired"), key=os.path.getsize), 4)
+    choice = scan_for_resume(str(tmp_path), checksums=True)
+    assert (choice.chosen, choice.restored) == ("model_0000004", [])
+    assert "model_best.retired" in choice.leftovers

@@ -11,51 +11,26 @@ random state, before the commit, after the commit).
   rank may outlive the launcher by more than 5 s), then resumed.  The killed run is the
   uninterrupted one up to the kill: the resumed run must repeat its losses exactly.
 * Long tier: every phase x each rank, on pp2 and dp2, chained so that each launch both resumes
-  the previous case and is killed for the next one (12 launches per layout, the reference
-  included); every loss any run records equals the uninterrupted reference run's.
+  the previous case and is killed for the next one (11 launches per layout); every loss any run
+  records equals the uninterrupted reference run's (``demo_reference``, shared with the preemption
+  tests).
 """
 import os
 
 import pytest
 
+from demo_runs import ITERS, NPROC, checkpoint, digits, new_losses, read_text, train_args, train_net
 from libai_ext.testing import launch, read_raw_losses
 from libai_ext.testing.fault_injection import KILL_AT_ENV, KILL_MESSAGE, PHASES, kill_at
 from libai_ext.testing.lifetime import launch_under_timeout
 
 PERIOD = 3
 LIMIT_S = 5.0
-NPROC = 2
-LAYOUTS = {"pp2": [], "dp2": ["train.dist.pipeline_parallel_size=1"]}
-
-
-def checkpoint(iteration):
-    return f"model_{iteration:07d}"
-
-
-def train_args(repo_root, output, data, iters, layout):
-    return ["--config-file", os.path.join(repo_root, "configs", "demo_pipeline_cpu.py"),
-            f"train.output_dir={output}", f"dataloader.train.dataset.0.root.root={data}",
-            f"train.train_iter={iters}", f"train.checkpointer.period={PERIOD}", "train.evaluation.enabled=False",
-            "train.log_period=1", "train.train_micro_batch_size=16", *LAYOUTS[layout]]
-
-
-def train_net(repo_root):
-    return os.path.join(repo_root, "tools", "train_net.py")
-
-
-def new_losses(output, seen):
-    """The loss records written since the file held ``seen`` of them."""
-    path = os.path.join(output, "losses.jsonl")
-    return read_raw_losses(output)[seen:] if os.path.exists(path) else []
-
-
-def read_text(path):
-    return path.read_text() if path.exists() else ""
 
 
 def test_rank0_killed_mid_weights_resumes_from_the_last_commit(repo_root, tmp_path, tmp_path_factory):
-    output, data = tmp_path / "run", tmp_path_factory.getbasetemp() / "digits"
-    args = train_args(repo_root, output, data, 8, "pp2")
+    output, data = tmp_path / "run", digits(tmp_path_factory)
+    args = train_args(repo_root, output, data, "pp2", PERIOD, iters=8)
     env = dict(os.environ, **{KILL_AT_ENV: kill_at(0, "mid_weights", checkpoint(5))})
     killed = launch_under_timeout(train_net(repo_root), NPROC, args, env=env, timeout_s=400, grace_s=LIMIT_S + 5,
                                   log_path=tmp_path / "killed.log")
@@ -83,18 +58,15 @@ def test_rank0_killed_mid_weights_resumes_from_the_last_commit(repo_root, tmp_pa
 # --- long tier: every phase x each rank, on pp2 and dp2 ---------------------------------------
 
 CASES = [(rank, phase) for phase in PHASES for rank in range(NPROC)]
-ITERS = 12  # after_commit cases move the last commit from 2 to 5 to 8; the final run ends at 11
+# after_commit cases move the last commit from 2 to 5 to 8; the final run ends at ITERS - 1 = 11
 
 
 def run_matrix(repo_root, workdir, data, layout):
-    """Reference run, then one launch per case (each resumes the previous case), then a final resume.
+    """One launch per case (each resumes the previous case), then a final resume.
 
-    Returns (reference losses, {case: outcome}, final run's records, final launch result).
+    Returns ({case: outcome}, final run's records, last commit, output folder).
     """
-    reference = workdir / "reference"
-    launch(train_net(repo_root), NPROC, train_args(repo_root, reference, data, ITERS, layout), timeout=600,
-           workdir=str(workdir / "reference-logs"))
-    output, args = workdir / "run", train_args(repo_root, workdir / "run", data, ITERS, layout)
+    output, args = workdir / "run", train_args(repo_root, workdir / "run", data, layout, PERIOD)
     committed, seen, outcomes, previous = None, 0, {}, None
     for index, (rank, phase) in enumerate(CASES):
         target = (committed + PERIOD) if committed is not None else 2 * PERIOD - 1
@@ -120,14 +92,14 @@ def run_matrix(repo_root, workdir, data, layout):
         previous = (rank, phase)
     final = launch(train_net(repo_root), NPROC, ["--resume"] + args, timeout=600, workdir=str(workdir / "final-logs"))
     outcomes[previous]["resume_log"] = (final.log(0), read_text(output / "log.txt.rank1"))
-    reference_losses = {r["iteration"]: r["total_loss"] for r in read_raw_losses(reference)}
-    return reference_losses, outcomes, new_losses(output, seen), committed, output
+    return outcomes, new_losses(output, seen), committed, output
 
 
-@pytest.fixture(scope="module", params=list(LAYOUTS))
-def matrix(request, repo_root, tmp_path_factory):
+@pytest.fixture(scope="module", params=["pp2", "dp2"])
+def matrix(request, repo_root, tmp_path_factory, demo_reference):
     workdir = tmp_path_factory.mktemp(f"faults-{request.param}")
-    return request.param, run_matrix(repo_root, workdir, tmp_path_factory.getbasetemp() / "digits", request.param)
+    reference = demo_reference(request.param)
+    return request.param, (reference, *run_matrix(repo_root, workdir, digits(tmp_path_factory), request.param))
 
 
 @pytest.mark.long

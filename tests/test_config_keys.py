@@ -221,17 +221,25 @@ def test_a_libai_model_built_from_a_cfg_dict_is_checked_against_its_constructor(
 
 def test_a_new_key_of_libai_exts_is_one_table_entry(monkeypatch):
     """What another key of the plugin takes: one ``ConfigKey``; its typo is refused, its help printed."""
-    added = config_keys.ConfigKey("train.preemption.grace_s", "30", "seconds a rank has to checkpoint",
-                                  config_keys.PLUGIN)
-    before, _ = findings(demo("train.preemption.grace_s=5"))
-    assert before["train.preemption"][1] is False  # not known yet: warned
+    added = config_keys.ConfigKey("train.watchdog.timeout_s", "30", "seconds a step may take", config_keys.PLUGIN)
+    before, _ = findings(demo("train.watchdog.timeout_s=5"))
+    assert before["train.watchdog"][1] is False  # not known yet: warned
     monkeypatch.setattr(config_keys, "KEYS", config_keys.KEYS + (added,))
-    assert findings(demo("train.preemption.grace_s=5"))[0] == {}
-    found, _ = findings(demo("train.preemption.grace=5", "train.preemption.signal=TERM"))
+    assert findings(demo("train.watchdog.timeout_s=5"))[0] == {}
+    found, _ = findings(demo("train.watchdog.timeout=5", "train.watchdog.signal=TERM"))
+    assert found["train.watchdog.timeout"] == (
+        "train.watchdog.timeout: not a key LiBai or libai_ext reads; did you mean train.watchdog.timeout_s?", True)
+    assert found["train.watchdog.signal"][1] is True  # a node of libai_ext's own: any unknown key in it
+    assert "train.watchdog.timeout_s" in config_keys.help_text()
+
+
+def test_a_misspelt_preemption_key_is_refused_naming_the_key():
+    found, _ = findings(demo("train.preemption.grace=5", "train.preemption.signal=SIGTERM"))
     assert found["train.preemption.grace"] == (
         "train.preemption.grace: not a key LiBai or libai_ext reads; did you mean train.preemption.grace_s?", True)
-    assert found["train.preemption.signal"][1] is True  # a node of libai_ext's own: any unknown key in it
-    assert "train.preemption.grace_s" in config_keys.help_text()
+    assert found["train.preemption.signal"] == (
+        "train.preemption.signal: not a key LiBai or libai_ext reads; did you mean train.preemption.signals?", True)
+    assert findings(demo("train.preemption.grace_s=5", "train.preemption.signals=[SIGUSR1]"))[0] == {}
 
 
 def test_the_guard_warns_once_and_refuses_by_name(caplog):

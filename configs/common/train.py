@@ -41,6 +41,9 @@ train = DictConfig(dict(
     # max_to_keep: periodic checkpoints kept (libai_ext deletes older ones once a newer one is committed);
     # checksums: record and check a CRC-32 of every checkpoint file (sizes are always checked).
     checkpointer=dict(period=5000, max_to_keep=100, checksums=True),
+    # On one of these signals the ranks stop together after the next step, commit a checkpoint of it and exit with
+    # code 143; grace_s bounds it all (docs/checkpoints.md#preemption).
+    preemption=dict(enabled=True, signals=["SIGTERM", "SIGUSR1"], grace_s=25),
     test_micro_batch_size=32,
     evaluation=dict(
         enabled=True,

@@ -45,8 +45,9 @@ def epilog(exit_codes=(), examples=()):
     """The text after the options in ``--help``: exit codes, then examples."""
     parts = []
     if exit_codes:
+        digits = max(len(str(code)) for code, _ in exit_codes)
         parts.append("exit codes:\n" + "\n".join(
-            textwrap.fill(meaning, width=96, initial_indent=f"  {code}  ", subsequent_indent="     ")
+            textwrap.fill(meaning, width=96, initial_indent=f"  {code:<{digits}}  ", subsequent_indent=" " * (digits + 4))
             for code, meaning in exit_codes))
     if examples:
         parts.append("examples:\n" + "\n".join(f"  {line}" if line else "" for line in examples))

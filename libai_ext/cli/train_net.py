@@ -38,6 +38,12 @@ EXIT_CODES = (
     (1, "an error on this rank: a bad config value (the message names the key), a failed run; "
         "each rank ends at once, none is left waiting for the others"),
     (2, "bad command-line arguments"),
+    (124, "preempted, but the checkpoint could not be committed within train.preemption.grace_s: resume "
+          "continues from the last committed one"),
+    (130, "a second SIGTERM, or SIGINT, ended the preemption's save: resume continues from the last "
+          "committed checkpoint"),
+    (143, "preempted (SIGTERM, SIGUSR1): the checkpoint of the step reached is committed, resume continues "
+          "there (OneFlow's launcher itself exits with 1 when signalled)"),
 )
 
 EXAMPLES = (

@@ -48,6 +48,7 @@ class CommittedCheckpointer(RNGStateCheckpointer):
         self.checksums = bool(checksums)
         self._saving = None  # the checkpoint being saved, while its parts are written
         self._tag_wanted = False
+        self.last_commit = None  # (name, iteration) of the last checkpoint this process committed
 
     @classmethod
     def wrapping(cls, checkpointer, checksums=True):
@@ -73,6 +74,7 @@ class CommittedCheckpointer(RNGStateCheckpointer):
             iteration = kwargs.get("iteration", self._scheduler_iteration())
             agree_on(0, lambda: self._commit(name, iteration, self._tag_wanted))
             barrier()  # nobody reads last_checkpoint, or saves again, before the commit is done
+            self.last_commit = (name, iteration)
         finally:
             self._saving = None
         fault_point("after_commit", name)

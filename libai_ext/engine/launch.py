@@ -27,6 +27,8 @@ from .graph import check_graph_options
 from .hooks import RawLossWriter
 from .key_guard import guard_config_keys
 from .launcher_lifetime import die_with_launcher
+from .output_lock import claim_output_dir
+from .preemption import Preempted, preemption_settings
 from ..random import DEFAULT_RANDOMNESS, check_randomness
 from ..random.seeding import check_scope, check_seed, seed_from_config
 
@@ -67,6 +69,7 @@ def check_config(cfg):
         raise ValueError(f"train.batch_check={batch_check!r} is not one of {BATCH_CHECK_MODES}")
     if try_get_key(cfg, "graph.enabled", default=False):
         check_graph_config(cfg)
+    preemption_settings(cfg)
     return trainer_cls
 
 
@@ -106,6 +109,8 @@ def setup(args):
     cfg = load_config(args)
     trainer_cls = check_config(cfg)
     fill_missing_config_keys(cfg)  # before default_setup, which reads train.dist.device_type on main
+    if not args.eval_only:
+        claim_output_dir(cfg)  # before default_setup writes config.yaml and logs there
     apply_patches()
     default_setup(cfg, args)
     setup_logger(cfg.train.output_dir, distributed_rank=dist.get_rank(), name="libai_ext")
@@ -146,19 +151,27 @@ def main(args):
 
 
 def exit_on_error(fn, *args):
-    """Run ``fn``; on an error, print it and end this process at once.
+    """Run ``fn``; on an error, print it and end this process at once (code 1); on a preemption, end
+    with its code once the checkpoint is committed (``libai_ext.engine.preemption``).
 
     After a Python error, OneFlow 0.9.0 can block this process's exit waiting on its peers
     (seen with all 8 ranks refusing the same config): ending at once leaves no rank hanging.
     """
     try:
         return fn(*args)
+    except Preempted as preempted:
+        end_now(preempted.code)
     except Exception:
         traceback.print_exc()
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)
+        end_now(1)
+
+
+def end_now(code):
+    """Flush the logs and end this process with ``code``, without OneFlow's teardown."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def cli(argv=None):

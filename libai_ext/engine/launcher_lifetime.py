@@ -9,7 +9,9 @@ a collective, until OneFlow's own peer check ends them 1-12 s later, or never.
 ``die_with_launcher()`` asks the kernel (``prctl(PR_SET_PDEATHSIG)``) to send this rank SIGKILL
 the moment its parent, the launcher, ends, however it ends.  Applied only when the parent is
 OneFlow's launcher (a rank started by hand or by another supervisor is left alone), on Linux.
-``LIBAI_EXT_DIE_WITH_LAUNCHER=0`` turns it off.
+``LIBAI_EXT_DIE_WITH_LAUNCHER=0`` turns it off.  While a preemption watcher is armed
+(``libai_ext.engine.preemption_signals``) the parent-death signal is one it handles instead, so
+that a rank can finish a preemption save after the launcher's immediate exit.
 """
 import ctypes
 import ctypes.util
@@ -24,12 +26,19 @@ DISABLE_ENV = "LIBAI_EXT_DIE_WITH_LAUNCHER"
 LAUNCHER_MODULE = "oneflow.distributed.launch"
 
 
-def is_oneflow_launcher(pid):
-    """True when process ``pid`` runs ``python -m oneflow.distributed.launch`` (or its file)."""
+def process_argv(pid):
+    """The command line of process ``pid`` (Linux), or None."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read().decode(errors="replace").split("\0")
+            return f.read().decode(errors="replace").split("\0")
     except OSError:
+        return None
+
+
+def is_oneflow_launcher(pid):
+    """True when process ``pid`` runs ``python -m oneflow.distributed.launch`` (or its file)."""
+    argv = process_argv(pid)
+    if argv is None:
         return False
     launcher_file = os.path.join("oneflow", "distributed", "launch.py")
     return LAUNCHER_MODULE in argv or any(arg.endswith(launcher_file) for arg in argv)
@@ -46,11 +55,24 @@ def die_with_launcher():
     parent = os.getppid()
     if not is_oneflow_launcher(parent):
         return False
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-        errno = ctypes.get_errno()
-        logger.warning(f"prctl(PR_SET_PDEATHSIG) failed ({os.strerror(errno)}): this rank may outlive its launcher")
+    if not set_parent_death_signal(signal.SIGKILL):
+        logger.warning("this rank may outlive its launcher")
         return False
     if os.getppid() != parent:  # the launcher ended before the request took effect
         os.kill(os.getpid(), signal.SIGKILL)
+    return True
+
+
+def set_parent_death_signal(sig):
+    """The signal this process (its calling thread: the main thread here) gets when its parent ends.
+
+    ``prctl(PR_SET_PDEATHSIG)`` belongs to the thread that calls it: call it from the thread that
+    called ``die_with_launcher``, the main thread.  False where it cannot be set.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+        logger.warning(f"prctl(PR_SET_PDEATHSIG, {int(sig)}) failed ({os.strerror(ctypes.get_errno())})")
+        return False
     return True

@@ -24,7 +24,8 @@ from libai.config import try_get_key
 from .agreement import agree_on, barrier
 from .checkpoint import LAST_CHECKPOINT, checkpoint_problems
 from .checkpoint_files import (
-    CheckpointDamaged, is_retired, is_staging, numbered_iteration, read_manifest, write_text_atomically,
+    RETIRED_SUFFIX, CheckpointDamaged, is_retired, is_staging, numbered_iteration, read_manifest,
+    write_text_atomically,
 )
 
 logger = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ class ResumeChoice:
     unverified: bool = False  # chosen has no commit record (stock LiBai, libai_ext 0.1)
     skipped: List[Tuple[str, str]] = field(default_factory=list)  # (folder name, why)
     leftovers: List[str] = field(default_factory=list)  # interrupted saves and deletions, to remove
+    restored: List[str] = field(default_factory=list)  # commits found only as <name>.retired, renamed back
     refusal: Optional[str] = None  # every checkpoint there is damaged
 
 
@@ -53,11 +55,14 @@ def scan_for_resume(output_dir, *, checksums):
     choice = ResumeChoice(pointer=_read_pointer(output_dir))
     names = sorted(n for n in os.listdir(output_dir) if os.path.isdir(os.path.join(output_dir, n))) \
         if os.path.isdir(output_dir) else []
-    choice.leftovers = [n for n in names if is_staging(n) or is_retired(n)]
+    retired = _retired_commits(output_dir, names, choice.pointer, checksums)
+    choice.restored = sorted(retired)
+    choice.leftovers = [n for n in names if (is_staging(n) or is_retired(n)) and n not in retired.values()]
     choice.skipped = [(n, "its save was interrupted before the commit") for n in names if is_staging(n)]
+    names = sorted(set(names) - set(retired.values()) | set(retired))
     committed, legacy, unreadable = [], [], {}
     for name in names:
-        folder = os.path.join(output_dir, name)
+        folder = os.path.join(output_dir, retired.get(name, name))
         if is_staging(name) or is_retired(name):
             continue
         try:
@@ -81,7 +86,8 @@ def scan_for_resume(output_dir, *, checksums):
             choice.skipped.append((choice.pointer, f"{LAST_CHECKPOINT} names it, but there is no such folder"))
     damaged = []
     for name in candidates:
-        problems = unreadable.get(name) or checkpoint_problems(os.path.join(output_dir, name), checksums=checksums)
+        problems = unreadable.get(name) or checkpoint_problems(os.path.join(output_dir, retired.get(name, name)),
+                                                               checksums=checksums)
         if not problems:
             choice.chosen = name
             choice.unverified = all(name != n for _, _, n in committed)
@@ -93,6 +99,30 @@ def scan_for_resume(output_dir, *, checksums):
                           + " | ".join(f"{name}: {why}" for name, why in choice.skipped if name in damaged)
                           + ". Repair or remove them, or train without --resume.")
     return choice
+
+
+def _retired_commits(output_dir, names, pointer, checksums):
+    """{name: name.retired} for the commits that a save of the same name was replacing when it stopped.
+
+    ``replace_folder`` renames a committed ``<name>`` to ``<name>.retired`` before renaming the new
+    save to ``<name>``: a kill between the two leaves the last commit of ``<name>`` only there.  It is
+    taken back when ``<name>`` is missing, the copy is intact, and it is a checkpoint saved again
+    under its name (``last_checkpoint`` names it, or a name by role such as ``model_best``): a
+    numbered ``.retired`` that nothing names is a deletion of old checkpoints that stopped halfway.
+    """
+    found = {}
+    for retired in names:
+        name = retired[:-len(RETIRED_SUFFIX)]
+        if not is_retired(retired) or name in names or (name != pointer and numbered_iteration(name) is not None):
+            continue
+        folder = os.path.join(output_dir, retired)
+        try:
+            intact = read_manifest(folder) is not None and not checkpoint_problems(folder, checksums=checksums)
+        except CheckpointDamaged:
+            intact = False
+        if intact:
+            found[name] = retired
+    return found
 
 
 def choose_resume_checkpoint(cfg):
@@ -119,12 +149,17 @@ def choose_resume_checkpoint(cfg):
     if choice.chosen is not None and choice.chosen != choice.pointer:
         logger.warning(f"--resume: resuming {os.path.join(output_dir, choice.chosen)}, the newest intact checkpoint "
                        f"({LAST_CHECKPOINT} named {choice.pointer})")
+    for name in choice.restored:
+        logger.warning(f"--resume: {os.path.join(output_dir, name)} was being replaced when the run stopped: its last "
+                       f"commit ({name}{RETIRED_SUFFIX}) takes its name back")
     agree_on(0, lambda: _apply(output_dir, choice))
     barrier()
     return choice
 
 
 def _apply(output_dir, choice):
+    for name in choice.restored:
+        os.rename(os.path.join(output_dir, name + RETIRED_SUFFIX), os.path.join(output_dir, name))
     pointer = os.path.join(output_dir, LAST_CHECKPOINT)
     if choice.chosen is not None and choice.chosen != choice.pointer:
         write_text_atomically(pointer, choice.chosen)

@@ -23,6 +23,8 @@ from .global_loader import layout_invariant, order_train_loaders, use_global_tes
 from .graph import check_graph_config, feed_step
 from .key_guard import guard_config_keys
 from .launcher_lifetime import die_with_launcher
+from .output_lock import claim_output_dir
+from .preemption import evaluate_interruptibly, preemptible
 from .resume import choose_resume_checkpoint, continue_finished_run, load_checkpoint_or_weights
 from .stage0_loading import Stage0Batch, Stage0OnlyLoader
 from .step_batches import StepBatchLoader, StepMicroBatch
@@ -114,6 +116,10 @@ class ConsistentBatchTrainer(DefaultTrainer):
 
     Checkpoints commit atomically (``libai_ext.engine.checkpoint``): a save killed at any point
     leaves the last committed checkpoint resumable, and ``--resume`` takes the newest intact one.
+    A second live run into the same output folder is refused (``output_lock``).
+
+    Preemption (``train.preemption``, ``libai_ext.engine.preemption``): on SIGTERM or SIGUSR1 the
+    ranks stop together after the next step, commit its checkpoint and exit with 143.
 
     Randomness: checkpoints also hold every rank's python/numpy/OneFlow state, so
     ``--resume`` continues the exact random streams; evaluation runs inside a saved and
@@ -140,6 +146,7 @@ class ConsistentBatchTrainer(DefaultTrainer):
         die_with_launcher()
         guard_config_keys(cfg)  # a misspelt key of libai_ext's is refused on every rank, before any talks
         fill_missing_config_keys(cfg)  # a config written for LiBai 0.1.1 also runs on main
+        claim_output_dir(cfg)  # before anything reads or writes the output folder
         choose_resume_checkpoint(cfg)
         continue_finished_run(cfg)
         super().__init__(cfg)
@@ -153,6 +160,10 @@ class ConsistentBatchTrainer(DefaultTrainer):
         load_checkpoint_or_weights(self, resume)
         if position is not None:
             position.check_resumed(resumed)
+
+    def train(self):
+        with preemptible(self):  # its hook is the last of every step
+            return super().train()
 
     def run_step(self):
         # get_batch is a classmethod LiBai calls without the iteration: hand it over here, and
@@ -237,8 +248,11 @@ class ConsistentBatchTrainer(DefaultTrainer):
 
     @classmethod
     def test(cls, cfg, test_loaders, model, evaluator=None):
-        with preserved_rng_state():
-            return super().test(cfg, test_loaders, model, evaluator)
+        def evaluate(loaders):
+            with preserved_rng_state():
+                return super(ConsistentBatchTrainer, cls).test(cfg, loaders, model, evaluator)
+
+        return evaluate_interruptibly(evaluate, test_loaders, model)
 
     @classmethod
     def get_batch(cls, data, *args, **kwargs):
