@@ -274,15 +274,17 @@ def test_host_keys_equal_the_keys_hashed_from_a_step_tensor():
     for steps whose hash passes through negative values (OneFlow's ``//`` truncates)."""
     import oneflow as flow
 
-    from libai_ext.random.counter_rng import call_keys, stream_keys, stream_words
+    from libai_ext.random.counter_rng import call_keys, step_hash, stream_keys, stream_words
 
     steps = [0, 1, 2, 3, 1000, 123457, 2 ** 24 + 1, 2 ** 31 - 1]
     checked = 0
     for stream in ("layers.0.drop", "head.drop_path"):
         for step in steps:
+            hashed = step_hash(1234, flow.tensor([step], dtype=flow.int32))
             for call in (0, 5):
-                tensor_keys = call_keys(stream_words(1234, stream), flow.tensor([step], dtype=flow.int32), call)
-                assert stream_keys(1234, stream, step, call) == tuple(int(k.item()) for k in tensor_keys), (stream, step)
+                tensor_keys = tuple(int(k.item()) if isinstance(k, flow.Tensor) else k
+                                    for k in call_keys(stream_words(1234, stream), hashed, call))
+                assert stream_keys(1234, stream, step, call) == tensor_keys, (stream, step)
                 checked += 1
     assert checked == 32
 

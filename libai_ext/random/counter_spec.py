@@ -31,8 +31,20 @@ leads, like any other.  ``R`` is what a T-function (every ``*``, ``-`` above) la
 of a product depend on the low bits of its factors only; three rounds of ``R`` and ``Q`` pass the
 battery in ``tests/test_counter_rng.py`` on consecutive and strided indices alike.
 
+Dropout masks take 16 bits per element, two elements from each word (``keep``): a mask is read
+as a matrix whose rows are its last dimension (a 1-D mask as one column, a 0-d one as ``1 x 1``);
+a row of ``N`` elements reads ``W = ceil(N / 2)`` words, those of indices ``r * W + k`` for row
+``r``: column ``c < W`` reads the high half of word ``c``, column ``c >= W`` the low half of word
+``c - W`` (``mask_word``), as a signed 16-bit value ``v``, and is kept where
+``v >= T - 2**15``, ``T = round(p * 2**16)`` (``keep_level``).  So the drop rate is ``p`` rounded
+to a multiple of 2**-16; a row never shares a word with another (a shard cut between rows computes
+only its own words), and a row's two halves are contiguous blocks (two comparisons write them,
+no interleaving).
+
 Everything here works on Python ints and on numpy ``uint64`` arrays (values kept below 2**32).
 """
+import numpy as np
+
 MASK32 = 0xFFFFFFFF
 KEY_WORDS = 5
 # Odd constants (golden-ratio and murmur3 multipliers) folding an index's high word into the rounds.
@@ -74,3 +86,48 @@ def to_signed(value):
 
 def to_unsigned(value):
     return value & MASK32
+
+
+# ---- dropout masks: two 16-bit elements per word -------------------------------------------------
+
+HALF = 1 << 16
+
+
+def keep_level(rate):
+    """``T`` of a drop rate: an element is kept where its 16 bits, read unsigned with the sign
+    bit flipped (``v + 2**15``), are ``>= T``; P(drop) = ``T / 2**16``."""
+    return int(round(float(rate) * HALF))
+
+
+def mask_columns(shape):
+    """``(rows, N)`` of the matrix a mask of ``shape`` is read as (1-D: one column)."""
+    shape = tuple(int(s) for s in shape)
+    if len(shape) < 2:
+        return (shape[0] if shape else 1), 1
+    rows = 1
+    for s in shape[:-1]:
+        rows *= s
+    return rows, shape[-1]
+
+
+def mask_word(row, column, columns):
+    """``(word index, low half?)`` of element ``(row, column)`` of a mask whose rows have ``columns``
+    (ints or numpy arrays)."""
+    words = (columns + 1) // 2
+    low = column >= words
+    if isinstance(low, np.ndarray):
+        return row * words + np.where(low, column - words, column), low
+    return row * words + (column - words if low else column), low
+
+
+def biased_half(word, low):
+    """The high (``low`` false) or low 16 bits of an unsigned word, sign bit flipped: the signed
+    16-bit value ``v`` plus 2**15, in [0, 2**16) (ints, or numpy arrays with ``low`` a bool array)."""
+    high, low_half = (word >> 16) & 0xFFFF, word & 0xFFFF
+    half = np.where(low, low_half, high) if isinstance(low, np.ndarray) else (low_half if low else high)
+    return half ^ 0x8000
+
+
+def keep(word, low, level):
+    """Whether the element reading this half of ``word`` is kept at ``keep_level`` ``level``."""
+    return biased_half(word, low) >= level
