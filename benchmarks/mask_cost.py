@@ -1,7 +1,7 @@
 """One dropout call: the layout-invariant mask paths against OneFlow's own dropout, time and memory.
 
     .venv/bin/python benchmarks/mask_cost.py [--sizes 20 24] [--repeats 7] [--dtype float32]
-        [--device cpu] [--out benchmarks/results/mask_cost.md]
+        [--device cpu] [--stages] [--out benchmarks/results/mask_cost.md]
 
 On a tensor of 2**k elements (shape (2**k / 1024, 1024), p = 0.1, training, ``x.requires_grad``):
 
@@ -16,8 +16,9 @@ one process (each repeat starts one variant later), median over ``--repeats``, a
 is the growth of the peak resident set during the call over the resident set before it (the input
 and a warmed-up variant in place; CUDA: the growth of what OneFlow's caching allocator holds, which
 keeps its peak), *held* is the resident growth once the call returned with its output alive: the
-output plus what autograd saved for backward.  PASS/FAIL against the targets: time <= 1.5x and peak
-<= 1.25x ``oneflow``'s, held <= ``oneflow``'s.
+output plus what autograd saved for backward, per call over as many calls as hold about 256 MiB (an
+allocator takes memory in blocks of tens of MiB; peak, one call's, is that coarse below 2**22 elements).
+PASS/FAIL against the targets: time <= 1.5x and peak <= 1.25x ``oneflow``'s, held <= ``oneflow``'s.
 """
 import argparse
 import json
@@ -178,19 +179,33 @@ def measure_memory(variant, size, dtype, device):
     if device == "cpu":
         def used():
             return _status_kib("VmRSS") / 1024
-        ballast = _exhaust_cached_memory(used)  # noqa: F841 (kept alive)
+        ballast = _exhaust_cached_memory(used)  # kept alive until the end
         _reset_peak()
     else:
         used = flow._oneflow_internal.GetCUDAMemoryUsed  # MiB the device has in use; OneFlow's caching
         flow.cuda.empty_cache()                          # allocator keeps the blocks a call reached
+        ballast = None
     before = used()
     outputs = [call(x)]
     sync()
     peak = (_status_kib("VmHWM") / 1024 if device == "cpu" else used()) - before
     after_one = used()
-    outputs += [call(x), call(x)]
+    calls = held_calls(size, dtype)
+    outputs += [call(x) for _ in range(calls)]
     sync()
-    return {"peak": peak, "held": (used() - after_one) / 2}
+    held = (used() - after_one) / calls
+    del outputs, ballast
+    return {"peak": peak, "held": held}
+
+
+def held_calls(size, dtype, resolution_mib=256):
+    """Calls whose outputs are kept alive to measure *held*: enough that together they hold about
+    ``resolution_mib`` (an allocator takes memory in blocks of tens of MiB), at least 2."""
+    import numpy as np
+
+    itemsize = {"bfloat16": 2}.get(dtype) or np.dtype(dtype).itemsize
+    per_call_mib = 2 ** size * (itemsize + 1) / 2 ** 20  # the output and a 1-byte mask
+    return max(2, int(np.ceil(resolution_mib / per_call_mib)))
 
 
 def memory_in_fresh_processes(sizes, dtype, device, repeats, variants=VARIANTS):
@@ -243,6 +258,68 @@ def table(sizes, times, cpu, memory):
     return "\n".join(lines), rows
 
 
+# ---- where the int-op path's time goes: its stages, one chunk at a time ----------------------------
+
+# (stage, int32 ops, bytes read + written per mask element): the construction of counter_rng's int-op
+# path, two mask elements a 32-bit word; OneFlow's dropout kernel reads x and writes y and its mask once.
+STAGES = (
+    ("index: arange, * C, - a", 3, 10),
+    ("3 rounds R: //, * 2**16, -", 9, 42),
+    ("3 rounds Q: * 2, - d, *", 9, 42),
+    ("halves: two >=, * 2**16, two copies into the mask", 5, 11),
+    ("apply: bool -> dtype, * scale, x *, copy into the output", 4, 37),
+)
+
+
+def stage_costs(size, dtype, device, repeats=7):
+    """CPU ns per mask element of each stage (one chunk of the eager int-op path, repeated over
+    ``2**size`` elements), of one int32 multiply over the words, and of ``flow._C.dropout``."""
+    import oneflow as flow
+
+    from libai_ext.layers import stochastic
+    from libai_ext.random import counter_rng, global_index
+
+    words = min(counter_rng.CHUNK_WORDS.get(device) or max(counter_rng.CHUNK_WORDS.values()), 2 ** (size - 1))
+    chunks = 2 ** (size - 1) // words
+    keys = counter_rng.derive_keys(1, "stages")
+    shape = (words // 512, 512)
+    x0 = counter_rng.local_counter_bits(shape, [0, 0], list(shape), keys, device=device)
+    keep = counter_rng.local_keep_mask((words // 512, 1024), [0, 0], [words // 512, 1024], keys, RATE, device)
+    x = make_input(2 * words, dtype, device).detach()
+    generator = flow.Generator(device=device)
+    runs = {
+        STAGES[0][0]: lambda: global_index.keyed_slice(shape, [0, 0], list(shape), keys, device)[0][0],
+        STAGES[1][0]: lambda: [counter_rng.rotate_trunc(x0) for _ in range(3)],
+        STAGES[2][0]: lambda: [counter_rng.quadratic(x0, d) for d in keys[2:]],
+        STAGES[3][0]: lambda: counter_rng._keep_halves(x0, 6554, (0, 512), (0, 512), 0),
+        STAGES[4][0]: lambda: stochastic._masked(x, keep, 1.25),
+        "one int32 multiply over the words (the unit)": lambda: x0 * 3,
+        "flow._C.dropout": lambda: flow._C.dropout(x, RATE, True, False, generator),
+    }
+    costs = {}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            sync()
+            start = time.process_time()
+            for _ in range(chunks):
+                run()
+            sync()
+            costs.setdefault(name, []).append((time.process_time() - start) / (2 * words * chunks) * 1e9)
+    return {name: statistics.median(values) for name, values in costs.items()}
+
+
+def stages_table(costs):
+    unit = costs["one int32 multiply over the words (the unit)"]
+    lines = ["| stage | int32 ops | bytes per element | CPU ns per element | units |", "|---|---|---|---|---|"]
+    for name, ops, moved in STAGES:
+        lines.append(f"| {name} | {ops} | {moved} | {costs[name]:.2f} | {costs[name] / unit:.1f} |")
+    total = sum(costs[name] for name, _, _ in STAGES)
+    lines.append(f"| int-op path, all stages | {sum(o for _, o, _ in STAGES)} | {sum(m for _, _, m in STAGES)} "
+                 f"| {total:.2f} | {total / unit:.1f} |")
+    lines.append(f"| `flow._C.dropout` | 1 | 9 | {costs['flow._C.dropout']:.2f} | {costs['flow._C.dropout'] / unit:.1f} |")
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[20, 24], help="log2 of the element counts")
@@ -250,6 +327,8 @@ def main():
     parser.add_argument("--dtype", default="float32", choices=("float32", "float64", "float16", "bfloat16"))
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--out", default=None)
+    parser.add_argument("--stages", action="store_true",
+                        help="also: the int-op path's stages, CPU ns per element each (where its time goes)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)  # one memory measurement
     args = parser.parse_args()
     if args.child:
@@ -260,12 +339,25 @@ def main():
     text, _ = table(args.sizes, times, cpu, memory)
     load = os.getloadavg()
     header = (f"Command: `.venv/bin/python benchmarks/mask_cost.py --sizes {' '.join(map(str, args.sizes))} "
-              f"--repeats {args.repeats} --dtype {args.dtype} --device {args.device}`\n\n"
+              f"--repeats {args.repeats} --dtype {args.dtype} --device {args.device}" + (" --stages" if args.stages else "")
+              + "`\n\n"
               f"{args.device}, {args.dtype}, p = {RATE}, forward with `x.requires_grad`; load average "
               f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the end; time: median of {args.repeats} interleaved "
               f"calls; memory: median of {max(3, args.repeats // 2)} fresh processes per variant.\n")
+    if args.stages:
+        size = args.sizes[-1]
+        text += (f"\n\nThe int-op path's stages at 2^{size} elements, one chunk of "
+                 f"{min(2 ** (size - 1), _chunk_words(args.device))} words at a time (CPU time of this process; a "
+                 "unit is one int32 multiply over the words):\n\n" + stages_table(stage_costs(size, args.dtype,
+                                                                                         args.device)))
     publish(header + "\n" + text + "\n", args.out)
     return 0
+
+
+def _chunk_words(device):
+    from libai_ext.random import counter_rng
+
+    return counter_rng.CHUNK_WORDS.get(device) or max(counter_rng.CHUNK_WORDS.values())
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from libai_ext.testing import launch  # noqa: E402
+from libai_ext.testing import MultiRankError, launch  # noqa: E402
 
 LAYOUTS = {1: (1, 1, 1), 2: (1, 1, 2), 4: (2, 1, 2), 8: (2, 2, 2)}
 # "consistent" variants: the pairing fix alone (train.randomness="fast": LiBai's sampler, OneFlow's init, local
@@ -126,14 +126,26 @@ def ratio(value, reference):
     return "-" if reference is None else f"{value / reference:.3f}"
 
 
-def table(results):
+def failure_reason(error):
+    """The line of a failed run's log that says why (OneFlow's check, or the exception)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    for marker in ("Check failed", "Error:", "Error"):
+        found = [line for line in lines if marker in line and "MultiRankError" not in line]
+        if found:
+            return found[0][:200]
+    return lines[0][:200] if lines else type(error).__name__
+
+
+def table(results, failures=None):
     lines = ["| ranks (dp,tp,pp) | trainer | step time (s) | min-max over repeats | step / stock | step / fast "
-             "| CPU s per step, all ranks | cores busy "
+             "| CPU s per step, all ranks | CPU / stock | cores busy "
              "| load ms, stage 0 | get_batch ms, stage 0 | load ms, other stages | other stages' load / stock "
              "| data_time ms, other stages | other stages' data_time / stock |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (nproc, variant), reason in sorted((failures or {}).items()):
+        lines.append(f"| {nproc} {LAYOUTS[nproc]} | {variant} | failed: {reason} |" + " - |" * 12)
     for nproc, by_variant in results.items():
-        stock_step, _, _, stock = by_variant.get("stock", (None, None, None, None))
+        stock_step, _, stock_cpu, stock = by_variant.get("stock", (None, None, None, None))
         fast_step = by_variant[FAST][0] if FAST in by_variant else None
         for variant, (step, steps, cpu, times) in by_variant.items():
             load, data = later_stages(times["load_times"]), later_stages(times["data_times"])
@@ -142,7 +154,7 @@ def table(results):
             lines.append(
                 f"| {nproc} {LAYOUTS[nproc]} | {variant} | {step:.3f} | {min(steps):.3f}-{max(steps):.3f} "
                 f"| {ratio(step, stock_step)} | {ratio(step, fast_step)} "
-                f"| {cpu:.2f} | {cpu / step:.2f} "
+                f"| {cpu:.2f} | {ratio(cpu, stock_cpu)} | {cpu / step:.2f} "
                 f"| {1e3 * times['load_times'][0]:.2f} "
                 f"| {1e3 * (times['data_times'][0] - times['load_times'][0]):.2f} | {ms(load, 3)} "
                 f"| {ratio(load, stock_load)} | {ms(data, 2)} | {ratio(data, stock_data)} |")
@@ -166,18 +178,25 @@ def main():
     suffix = ("" if args.model == "demo" else f"_{args.model}") + ("_graph" if args.graph else "")
     args.out = args.out or os.path.join(ROOT, "benchmarks", "results", f"trainer_overhead{suffix}.md")
     workdir = tempfile.mkdtemp(prefix="overhead-")
-    results = {}
+    results, failures = {}, {}
     for nproc in args.ranks:
         samples = {variant: [] for variant in args.variants}
         for repeat in range(args.repeats):
             for variant in rotated(args.variants, repeat):  # interleaved, so drift hits every variant alike
-                timings = run(args.model, nproc, variant, args.iters, os.path.join(workdir, f"r{repeat}"), workdir,
-                              graph=args.graph)
+                if (nproc, variant) in failures:
+                    continue
+                try:
+                    timings = run(args.model, nproc, variant, args.iters, os.path.join(workdir, f"r{repeat}"),
+                                  workdir, graph=args.graph)
+                except MultiRankError as error:  # a layout OneFlow cannot run: a row says so, the rest goes on
+                    failures[(nproc, variant)] = failure_reason(error)
+                    print(f"{nproc} ranks, {variant}, repeat {repeat}: failed: {failures[(nproc, variant)]}", flush=True)
+                    continue
                 samples[variant].append(summarize(timings, nproc, args.warmup))
                 step, cpu, _ = samples[variant][-1]
                 print(f"{nproc} ranks, {variant}, repeat {repeat}: step {step:.3f} s, CPU {cpu:.2f} s", flush=True)
-        results[nproc] = {variant: combine(runs) for variant, runs in samples.items()}
-    text = table(results)
+        results[nproc] = {variant: combine(runs) for variant, runs in samples.items() if runs}
+    text = table(results, failures)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         f.write(f"Command: `{os.path.relpath(sys.executable, ROOT)} benchmarks/trainer_overhead.py --model {args.model} "

@@ -28,12 +28,13 @@ from libai_ext.random.global_index import StepRows
 KEYS = derive_keys(1234, "probe", 3)
 
 
-def spec_bits(indices, keys=KEYS):
-    """The specification's bits of ``indices`` (uint64 array, may exceed 2**32), as signed int32."""
+def spec_bits(indices, keys=KEYS, permutation=spec.permute):
+    """The specification's bits of ``indices`` (uint64 array, may exceed 2**32), as signed int32
+    (``permutation``: ``spec.permute``, or ``spec.mask_permute`` for the words masks read)."""
     indices = np.asarray(indices, dtype=np.uint64)
     flat = indices.reshape(-1)  # (numpy scalars do not mix with Python ints in & as arrays do)
     unsigned = [np.uint64(k & spec.MASK32) for k in keys]
-    out = spec.permute(flat & np.uint64(spec.MASK32), unsigned, flat >> np.uint64(32))
+    out = permutation(flat & np.uint64(spec.MASK32), unsigned, flat >> np.uint64(32))
     return ((out.astype(np.int64) + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32).reshape(indices.shape)
 
 
@@ -186,6 +187,21 @@ def test_no_two_elements_of_a_call_share_their_bits():
     assert len(np.unique(bits)) == 2 ** 24
 
 
+def test_the_masks_rounds_match_the_int32_ops_and_lose_few_words():
+    """The masks' R (``x * 2**16 + trunc(x / 2**16)``, one ``//``) from int32 ops is the specification's on
+    the edge words; it is no bijection, but over 2**22 consecutive indices at most a handful of words
+    repeat (2**16 - 1 meeting pairs of 2**32 per round: about 0.1 expected)."""
+    from libai_ext.random.counter_rng import rotate_trunc
+
+    words = edge_words().astype(np.uint64)
+    signed = flow.tensor(((words.astype(np.int64) + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32))
+    np.testing.assert_array_equal(rotate_trunc(signed).numpy().astype(np.int64) % 2 ** 32,
+                                  spec.rotate_trunc(words).astype(np.int64))
+    assert [spec.rotate_trunc(int(w)) for w in words[:1000]] == spec.rotate_trunc(words[:1000]).tolist()
+    masks = spec_bits(np.arange(2 ** 22, dtype=np.uint64), permutation=spec.mask_permute)
+    assert len(np.unique(masks)) >= 2 ** 22 - 8
+
+
 # ---- random ----------------------------------------------------------------------------------------
 
 def battery(words):
@@ -233,15 +249,16 @@ def assert_random(words, what):
     return results
 
 
+@pytest.mark.parametrize("permutation", ["permute", "mask_permute"])
 @pytest.mark.parametrize("stride", [1, 4, 2 ** 8, 2 ** 12])
-def test_battery_on_consecutive_and_strided_indices(stride):
+def test_battery_on_consecutive_and_strided_indices(stride, permutation):
     """>= 10**8 bits per case (2**22 words): one call's elements along a row (stride 1), and down
-    a column of a matrix whose rows are 4 ... 4096 elements long."""
+    a column of a matrix whose rows are 4 ... 4096 elements long; the permutation and the masks' words."""
     count = 2 ** 22 if stride < 2 ** 12 else 2 ** 20
     indices = np.arange(count, dtype=np.uint64) * np.uint64(stride)
-    words = spec_bits(indices)
+    words = spec_bits(indices, permutation=getattr(spec, permutation))
     assert words.size * 32 >= (10 ** 8 if stride < 2 ** 12 else 3 * 10 ** 7)
-    assert_random(words, f"stride {stride}")
+    assert_random(words, f"{permutation}, stride {stride}")
 
 
 def test_battery_across_calls_and_layers():
@@ -253,8 +270,8 @@ def test_battery_across_calls_and_layers():
     checked = 0
     for what, keys in (("steps", steps), ("layers", layers), ("calls", calls)):
         columns = [np.array(k, dtype=np.int64) & spec.MASK32 for k in zip(*keys)]
-        words = np.concatenate([spec.permute(np.full(len(keys), i, dtype=np.uint64),
-                                             [c.astype(np.uint64) for c in columns]) for i in range(16)])
+        words = np.concatenate([spec.mask_permute(np.full(len(keys), i, dtype=np.uint64),
+                                                  [c.astype(np.uint64) for c in columns]) for i in range(16)])
         assert_random(words, what)
         checked += 1
     assert checked == 3
@@ -266,7 +283,7 @@ def test_every_position_drops_at_its_rate_index_0_included():
     rate, steps, positions = 0.1, 20000, 64
     keys = [stream_keys(7, "blocks.0.drop", step) for step in range(steps)]
     columns = [np.array(k, dtype=np.int64) & spec.MASK32 for k in zip(*keys)]
-    words = np.stack([spec.permute(np.full(steps, i, dtype=np.uint64), [c.astype(np.uint64) for c in columns])
+    words = np.stack([spec.mask_permute(np.full(steps, i, dtype=np.uint64), [c.astype(np.uint64) for c in columns])
                       for i in range(positions // 2)])
     level = spec.keep_level(rate)
     dropped = np.concatenate([~spec.keep(words, False, level), ~spec.keep(words, True, level)])
@@ -317,7 +334,7 @@ def spec_mask(shape, rate, keys=KEYS, rows=None):
     word, low = spec.mask_word(row[:, None], column[None, :], columns)
     unsigned = [np.uint64(k & spec.MASK32) for k in keys]
     flat = word.reshape(-1)
-    bits = spec.permute(flat & np.uint64(spec.MASK32), unsigned, flat >> np.uint64(32)).reshape(word.shape)
+    bits = spec.mask_permute(flat & np.uint64(spec.MASK32), unsigned, flat >> np.uint64(32)).reshape(word.shape)
     return spec.keep(bits, np.broadcast_to(low, bits.shape), spec.keep_level(rate)).reshape(shape)
 
 
@@ -325,7 +342,7 @@ def spec_mask(shape, rate, keys=KEYS, rows=None):
 # first is worked by hand in test_mask_known_answers.
 MASK_KNOWN_ANSWERS = [
     ((1, 0, 1, 1, 1), (2, 3), 0.5, "101001"),
-    ((0x9E3779B1, 0x7F4A7C15, 0x85EBCA6B, 0xC2B2AE35, 0x27D4EB2F), (3, 5), 0.3, "001100111001110"),
+    ((0x9E3779B1, 0x7F4A7C15, 0x85EBCA6B, 0xC2B2AE35, 0x27D4EB2F), (3, 5), 0.3, "100101011111110"),
 ]
 
 
@@ -334,7 +351,8 @@ def test_mask_known_answers(keys, shape, rate, expected):
     """Row r of N columns reads words r * W ... r * W + W - 1 (W = ceil(N/2)): column c < W the high
     half of word c, column c >= W the low half of word c - W.  By hand for keys (1, 0, 1, 1, 1), 2 x 3
     at p = 0.5 (kept where the half's top bit is 0): the words of indices 0-3 are 0, 0xFFFD0000,
-    0xFFF60000, 0xFFEB0000 (``permute``, as in test_known_answers); row 0 reads the high halves of
+    0xFFF60000, 0xFFEB0000 (``mask_permute``; no negative word that is not a multiple of 2**16 meets
+    ``rotate_trunc`` on the way, so they are ``permute``'s, worked in test_known_answers); row 0 reads the high halves of
     words 0 and 1 (kept, dropped) and the low half of word 0 (kept); row 1 the high halves of words 2
     and 3 (dropped, dropped) and the low half of word 2 (kept): 101001."""
     got = "".join("1" if k else "0" for k in spec_mask(shape, rate, keys).ravel())
@@ -420,7 +438,7 @@ def test_mask_rates_are_multiples_of_two_to_the_minus_16():
 def test_the_two_halves_of_a_word_are_independent():
     """Columns 2k and 2k+1 read one word: over 2**22 words, P(both dropped) = p**2 within 5 sigma
     at p = 0.5 and 0.1, and the halves are uncorrelated."""
-    words = spec_bits(np.arange(2 ** 22, dtype=np.uint64)).astype(np.int64) % 2 ** 32
+    words = spec_bits(np.arange(2 ** 22, dtype=np.uint64), permutation=spec.mask_permute).astype(np.int64) % 2 ** 32
     words = words.astype(np.uint64)
     checked = 0
     for rate in (0.5, 0.1):
@@ -468,11 +486,11 @@ def test_masks_past_two_to_the_32_words_match_the_specification(monkeypatch):
     row = np.arange(lo[0], hi[0], dtype=np.uint64)[:, None]
     column = np.arange(lo[1], hi[1], dtype=np.uint64)[None, :]
     word, low = spec.mask_word(row, column, shape[1])
-    bits = (spec_bits(word).astype(np.int64) % 2 ** 32).astype(np.uint64)
+    bits = (spec_bits(word, permutation=spec.mask_permute).astype(np.int64) % 2 ** 32).astype(np.uint64)
     expected = spec.keep(bits, np.broadcast_to(low, bits.shape), spec.keep_level(0.5))
     for got in _three_paths(monkeypatch, shape, lo, hi, 0.5):
         np.testing.assert_array_equal(got, expected)
-    low_only = spec_bits(word & np.uint64(spec.MASK32)).astype(np.int64) % 2 ** 32
+    low_only = spec_bits(word & np.uint64(spec.MASK32), permutation=spec.mask_permute).astype(np.int64) % 2 ** 32
     assert not np.array_equal(bits, low_only), "the high word changed nothing"
 
 

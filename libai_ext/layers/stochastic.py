@@ -72,7 +72,7 @@ def drop_path_scale(rate):
 
 # Elements per launch when an eager call applies an element-wise mask: ``m`` never exists whole, so a
 # call's peak is its output and the 1-byte mask (as OneFlow's kernel), whatever the tensor's size.
-APPLY_CHUNK = {"cpu": 2 ** 18, "cuda": 2 ** 22}
+APPLY_CHUNK = {"cpu": 2 ** 18, "cuda": 2 ** 20}
 
 
 def _masked(x, keep, scale):

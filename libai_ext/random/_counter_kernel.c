@@ -1,7 +1,7 @@
 /* The counter-based permutation of libai_ext/random/counter_spec.py, fused into one loop on the host.
  *
  * Eager CPU ranks draw their dropout masks here: one pass over this rank's slice computes each
- * word's 32 bits once and the keep decisions of the two elements that read it, with no
+ * word's 32 bits (counter_spec.mask_permute) once and the keep decisions of the two elements that read it, with no
  * intermediate tensor (the int32-op path of counter_rng.py, which graphs and GPUs run, launches a
  * few dozen kernels instead).  The bits are counter_spec's: tests/test_counter_rng.py compares
  * the three.
@@ -31,6 +31,19 @@ static const uint32_t HI_MULTIPLIERS[3] = {0x9E3779B1u, 0x85EBCA6Bu, 0xC2B2AE35u
 static inline uint32_t rotate_mix(uint32_t x) { return ((x << 16) | (x >> 16)) - ((x >> 31) << 16); }
 
 static inline uint32_t quadratic(uint32_t x, uint32_t d) { return x * (2u * x - d); }
+
+/* The masks' R: x * 2**16 + trunc(signed(x) / 2**16); C's signed division truncates. */
+static inline uint32_t rotate_trunc(uint32_t x) { return (x << 16) + (uint32_t)((int32_t)x / 65536); }
+
+static inline uint32_t mask_permute(uint64_t index, const uint32_t *keys) {
+    uint32_t hi = (uint32_t)(index >> 32);
+    uint32_t x = (uint32_t)index * keys[0] - keys[1];
+    for (int round = 0; round < 3; round++) {
+        x = quadratic(rotate_trunc(x), keys[2 + round]);
+        x -= hi * HI_MULTIPLIERS[round];
+    }
+    return x;
+}
 
 static inline uint32_t permute(uint64_t index, const uint32_t *keys) {
     uint32_t hi = (uint32_t)(index >> 32);
@@ -185,7 +198,7 @@ static PyObject *keep_mask(PyObject *self, PyObject *args) {
         uint8_t *row = values + position;
         if (whole_rows) {
             for (int64_t k = 0; k < words; k++) {
-                uint32_t word = permute((uint64_t)(row_base + k), keys);
+                uint32_t word = mask_permute((uint64_t)(row_base + k), keys);
                 row[k] = keep_half(word, 0, level);
                 if (k + words < columns) row[k + words] = keep_half(word, 1, level);
             }
@@ -193,7 +206,7 @@ static PyObject *keep_mask(PyObject *self, PyObject *args) {
             for (Py_ssize_t i = 0; i < width; i++) {
                 int low = column[i] >= words;
                 int64_t k = low ? column[i] - words : column[i];
-                row[i] = keep_half(permute((uint64_t)(row_base + k), keys), low, level);
+                row[i] = keep_half(mask_permute((uint64_t)(row_base + k), keys), low, level);
             }
         }
         for (int d = last - 1; d >= 0; d--) {

@@ -13,8 +13,12 @@ high half moved down) and ``Q`` (the quadratic permutation ``x (2x - d)``).  Her
 with the int32 ops OneFlow 0.9.0 computes exactly on every device (measured on CPU): ``*`` and
 ``-`` (wrapping), ``+`` and ``-`` of a Python int, comparisons, and casts.  ``+`` of two int32
 tensors and unary ``-`` go through float32 and round, so they are never used; there are no
-bitwise ops; ``//`` truncates and costs 8 multiplies, so ``R`` divides by 2**16 through an exact
-float64 multiply and a truncating cast.
+bitwise ops; ``//`` truncates toward zero (about four multiplies' time on CPU), so ``R`` corrects
+its quotient to the floor with one comparison (``rotate_mix``).
+
+Dropout masks (``keep_mask``, ``local_keep_mask``) read two 16-bit elements from each word of
+``counter_spec.mask_permute`` (``R`` replaced by ``rotate_trunc``: one ``//``), into a 1-byte mask:
+eager ranks hash their slice in chunks of rows (``CHUNK_WORDS``), on CPU in one host loop instead.
 
 Where the index lives (``global_index``): eager ranks hash their own slice with local ops
 (``local_counter_bits``), ``nn.Graph`` traces the same bits from global ops (``counter_bits``
@@ -134,15 +138,22 @@ def rotate_mix(x):
     return x * 2 ** 16 - (below - quotient)
 
 
+def rotate_trunc(x):
+    """The masks' R on signed int32: ``x * 2**16 + trunc(x / 2**16)`` (= ``counter_spec.rotate_trunc``):
+    OneFlow's ``//`` truncates, and ``trunc(x / -2**16) = -trunc(x / 2**16)``, so three int32 ops."""
+    return x * 2 ** 16 - x // -2 ** 16
+
+
 def quadratic(x, d):
     """Q: ``x * (2x - d)`` (``d`` an odd int or an int32 tensor; ``tensor - tensor`` is exact)."""
     return x * (x * 2 - d)
 
 
-def mix(x, keys, hi=None):
-    """The rounds after ``A``: ``x`` holds ``lo * C - a``; ``hi`` the index's high words, if any."""
+def mix(x, keys, hi=None, rotate=rotate_mix):
+    """The rounds after ``A``: ``x`` holds ``lo * C - a``; ``hi`` the index's high words, if any;
+    ``rotate``: ``rotate_mix`` (``permute``) or ``rotate_trunc`` (``mask_permute``)."""
     for d, multiplier in zip(keys[2:], HI_MULTIPLIERS):
-        x = quadratic(rotate_mix(x), d)
+        x = quadratic(rotate(x), d)
         if hi is not None:
             x = x - hi * to_signed(multiplier)
     return x
@@ -150,18 +161,20 @@ def mix(x, keys, hi=None):
 
 # ---- bits of whole tensors and of slices ----------------------------------------------------
 
-def counter_bits(shape, keys, placement=None, sbp=None, device=None, rows=None):
+def counter_bits(shape, keys, placement=None, sbp=None, device=None, rows=None, rotate=rotate_mix):
     """int32 random bits for a tensor of ``shape``: global with ``placement`` and ``sbp`` (global
     ops only: what ``nn.Graph`` traces), else local on ``device``.  ``rows``: a
-    ``global_index.StepRows`` when dim 0 is a micro-batch of a larger step."""
+    ``global_index.StepRows`` when dim 0 is a micro-batch of a larger step.  ``rotate_trunc`` gives
+    a mask's words (``counter_spec.mask_permute``)."""
     x0, hi = global_index.keyed_index(tuple(int(s) for s in shape), keys, placement, sbp, device, rows)
-    return mix(x0, keys, hi)
+    return mix(x0, keys, hi, rotate)
 
 
-def local_counter_bits(shape, lo, hi, keys, device=None, rows=None):
+def local_counter_bits(shape, lo, hi, keys, device=None, rows=None, rotate=rotate_mix):
     """``counter_bits`` of the slice ``[lo, hi)`` of a global tensor of ``shape``, from local ops
     (cheaper to launch than global ones), as a local tensor on ``device``."""
-    pieces = [mix(x0, keys, high) for x0, high in global_index.keyed_slice(shape, lo, hi, keys, device, rows)]
+    pieces = [mix(x0, keys, high, rotate)
+              for x0, high in global_index.keyed_slice(shape, lo, hi, keys, device, rows)]
     return pieces[0] if len(pieces) == 1 else flow.cat(pieces, dim=0)
 
 
@@ -282,7 +295,7 @@ def _keep_from_int_ops(matrix, lo, hi, keys, level, device, rows):
         part_low = (max(low[0], first), min(low[1], stop))
         columns = _columns_of(part_high, part_low, high, low, lo[-1], matrix[-1])
         for row_lo, row_hi in _row_chunks(lo[:-1], hi[:-1], stop - first, limit):
-            bits = local_counter_bits(words, row_lo + [first], row_hi + [stop], keys, device=device, rows=rows)
+            bits = local_counter_bits(words, row_lo + [first], row_hi + [stop], keys, device, rows, rotate_trunc)
             rows_slice = tuple(slice(a - o, b - o) for a, b, o in zip(row_lo, row_hi, lo[:-1]))
             for (a, b), part in zip(columns, _keep_halves(bits, level, part_high, part_low, first)):
                 keep[rows_slice + (slice(a, b),)] = part
@@ -321,7 +334,8 @@ def keep_mask(shape, rate, keys, placement=None, sbp=None, device=None, rows=Non
     columns_split = placement is not None and not column_added and flow.sbp.split(len(shape) - 1) in sbp
     word_sbp = [flow.sbp.broadcast if s == flow.sbp.split(len(shape) - 1) else s for s in sbp] \
         if columns_split else sbp
-    parts = _keep_halves(counter_bits(words, keys, placement, word_sbp, device, rows), level, high, low, 0)
+    bits = counter_bits(words, keys, placement, word_sbp, device, rows, rotate_trunc)
+    parts = _keep_halves(bits, level, high, low, 0)
     keep = parts[0] if len(parts) == 1 else flow.cat(parts, dim=-1)
     if columns_split:
         keep = keep.to_global(placement=placement, sbp=sbp)

@@ -31,6 +31,12 @@ leads, like any other.  ``R`` is what a T-function (every ``*``, ``-`` above) la
 of a product depend on the low bits of its factors only; three rounds of ``R`` and ``Q`` pass the
 battery in ``tests/test_counter_rng.py`` on consecutive and strided indices alike.
 
+Dropout masks read their words from ``mask_permute``: the same steps with ``R`` replaced by
+``rotate_trunc`` (``x * 2**16 + trunc(x / 2**16)`` on the signed word): what OneFlow's int32 ``//``
+computes in one op, where the floor ``R`` needs costs four more.  It is no bijection (the words of
+``x`` and ``x - 2**16``, for ``0 < x < 2**16`` with the same low half, meet: 2**16 - 1 pairs of 2**32
+per round), which a mask never needs; the battery of ``tests/test_counter_rng.py`` holds for it.
+
 Dropout masks take 16 bits per element, two elements from each word (``keep``): a mask is read
 as a matrix whose rows are its last dimension (a 1-D mask as one column, a 0-d one as ``1 x 1``);
 a row of ``N`` elements reads ``W = ceil(N / 2)`` words, those of indices ``r * W + k`` for row
@@ -67,6 +73,27 @@ def permute(lo, keys, hi=0):
     x = (lo * C - a) & MASK32
     for d, multiplier in zip(ds, HI_MULTIPLIERS):
         x = quadratic(rotate_mix(x), d)
+        x = (x - hi * multiplier) & MASK32
+    return x
+
+
+def rotate_trunc(x):
+    """The masks' R: ``x * 2**16 + trunc(signed(x) / 2**16)`` (ints or numpy uint64 arrays)."""
+    if isinstance(x, np.ndarray):
+        signed = x.astype(np.int64) - (x >> np.uint64(31)).astype(np.int64) * (1 << 32)
+        quotient = np.where(signed < 0, -((-signed) >> 16), signed >> 16)
+        return ((x << np.uint64(16)) + (quotient % (1 << 32)).astype(np.uint64)) & np.uint64(MASK32)
+    signed = x - (x >> 31) * (1 << 32)
+    quotient = -((-signed) >> 16) if signed < 0 else signed >> 16
+    return ((x << 16) + quotient) & MASK32
+
+
+def mask_permute(lo, keys, hi=0):
+    """The 32 random bits a mask reads at word index ``hi * 2**32 + lo``: ``permute`` with ``rotate_trunc``."""
+    C, a, *ds = keys
+    x = (lo * C - a) & MASK32
+    for d, multiplier in zip(ds, HI_MULTIPLIERS):
+        x = quadratic(rotate_trunc(x), d)
         x = (x - hi * multiplier) & MASK32
     return x
 
@@ -129,5 +156,6 @@ def biased_half(word, low):
 
 
 def keep(word, low, level):
-    """Whether the element reading this half of ``word`` is kept at ``keep_level`` ``level``."""
+    """Whether the element reading this half of ``word`` (a ``mask_permute`` word) is kept at ``keep_level``
+    ``level``."""
     return biased_half(word, low) >= level
