@@ -35,25 +35,19 @@ static inline uint32_t quadratic(uint32_t x, uint32_t d) { return x * (2u * x - 
 /* The masks' R: x * 2**16 + trunc(signed(x) / 2**16); C's signed division truncates. */
 static inline uint32_t rotate_trunc(uint32_t x) { return (x << 16) + (uint32_t)((int32_t)x / 65536); }
 
-static inline uint32_t mask_permute(uint64_t index, const uint32_t *keys) {
+static inline uint32_t rounds(uint64_t index, const uint32_t *keys, uint32_t (*rotate)(uint32_t)) {
     uint32_t hi = (uint32_t)(index >> 32);
     uint32_t x = (uint32_t)index * keys[0] - keys[1];
     for (int round = 0; round < 3; round++) {
-        x = quadratic(rotate_trunc(x), keys[2 + round]);
+        x = quadratic(rotate(x), keys[2 + round]);
         x -= hi * HI_MULTIPLIERS[round];
     }
     return x;
 }
 
-static inline uint32_t permute(uint64_t index, const uint32_t *keys) {
-    uint32_t hi = (uint32_t)(index >> 32);
-    uint32_t x = (uint32_t)index * keys[0] - keys[1];
-    for (int round = 0; round < 3; round++) {
-        x = quadratic(rotate_mix(x), keys[2 + round]);
-        x -= hi * HI_MULTIPLIERS[round];
-    }
-    return x;
-}
+static inline uint32_t permute(uint64_t index, const uint32_t *keys) { return rounds(index, keys, rotate_mix); }
+
+static inline uint32_t mask_permute(uint64_t index, const uint32_t *keys) { return rounds(index, keys, rotate_trunc); }
 
 typedef struct {
     int ndim;

@@ -67,14 +67,18 @@ def quadratic(x, d):
     return (x * ((2 * x - d) & MASK32)) & MASK32
 
 
-def permute(lo, keys, hi=0):
-    """The 32 random bits (unsigned) of index ``hi * 2**32 + lo`` under ``keys``."""
+def _rounds(lo, keys, hi, rotate):
     C, a, *ds = keys
     x = (lo * C - a) & MASK32
     for d, multiplier in zip(ds, HI_MULTIPLIERS):
-        x = quadratic(rotate_mix(x), d)
+        x = quadratic(rotate(x), d)
         x = (x - hi * multiplier) & MASK32
     return x
+
+
+def permute(lo, keys, hi=0):
+    """The 32 random bits (unsigned) of index ``hi * 2**32 + lo`` under ``keys``."""
+    return _rounds(lo, keys, hi, rotate_mix)
 
 
 def rotate_trunc(x):
@@ -90,12 +94,7 @@ def rotate_trunc(x):
 
 def mask_permute(lo, keys, hi=0):
     """The 32 random bits a mask reads at word index ``hi * 2**32 + lo``: ``permute`` with ``rotate_trunc``."""
-    C, a, *ds = keys
-    x = (lo * C - a) & MASK32
-    for d, multiplier in zip(ds, HI_MULTIPLIERS):
-        x = quadratic(rotate_trunc(x), d)
-        x = (x - hi * multiplier) & MASK32
-    return x
+    return _rounds(lo, keys, hi, rotate_trunc)
 
 
 def inverse_rotate_mix(y):
