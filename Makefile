@@ -3,34 +3,43 @@ SHELL := /bin/bash
 # The first Python 3.10 that really runs (a pyenv shim may exist without the version being selected).
 PYTHON310 ?= $(shell for p in $$(command -v python3.10) $$(ls -d $$(pyenv root 2>/dev/null)/versions/3.10.*/bin/python 2>/dev/null | sort -V -r) /usr/bin/python3.10; do \
   "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 10)' 2>/dev/null && { echo "$$p"; break; }; done)
-# Any pip requirement for LiBai: pip's 0.1.1 by default, LiBai main's archive in $(LIBAI_MAIN_VENV), e.g.
+# Any pip requirement for LiBai: pip's 0.1.1 by default, LiBai main in $(LIBAI_MAIN_VENV), e.g.
 #   make demo VENV=.venv-libai-main          (or LIBAI=<path, archive or git+https URL of a LiBai>)
-LIBAI ?= $(if $(filter $(LIBAI_MAIN_VENV),$(VENV)),$(LIBAI_MAIN_ARCHIVE),libai==0.1.1)
+LIBAI ?= $(if $(filter $(LIBAI_MAIN_VENV),$(VENV)),$(LIBAI_MAIN),libai==0.1.1)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.libai_ext-installed
 PYTEST_ARGS ?= --durations=25
 
-# LiBai main (0.2.0) at commit 9dcbe3b, from its source archive, in a venv of its own.
-LIBAI_MAIN_ARCHIVE ?= ../shared/vendor/libai-main-9dcbe3b.tar.gz
+# LiBai main (0.2.0) at commit 9dcbe3b, in a venv of its own: from its git URL, pinned by commit, or from a
+# source archive of that commit when one is given (LIBAI_MAIN_ARCHIVE=<path>) or lies where this project's
+# CI keeps one (offline: no git URL needed there).
+LIBAI_MAIN_COMMIT := 9dcbe3b281c98ba9a3bd192495bef42570095336
+LIBAI_MAIN_GIT := git+https://github.com/Oneflow-Inc/libai.git@$(LIBAI_MAIN_COMMIT)
+LIBAI_MAIN_ARCHIVE ?= $(wildcard ../shared/vendor/libai-main-9dcbe3b.tar.gz)
+LIBAI_MAIN ?= $(or $(LIBAI_MAIN_ARCHIVE),$(LIBAI_MAIN_GIT))
 LIBAI_MAIN_VENV ?= .venv-libai-main
 # What depends on the LiBai line, run on LiBai main: compat branches, pairing with LiBai's real loader and
 # sampler shards, stage-0-only loading, seeding, stochastic layers, the batch guard, evaluation padding, exact
 # and elastic resume, data position, initial weights, the train_net swap, graph mode, the global batch mixup,
-# accumulation, LiBai's own layers and its GPT-2, BERT, ViT and Swin against 1 rank (their text data built with
-# LiBai's preprocess tool), committed checkpoints, launcher lifetime and the GPU host. Their quick tier, plus
-# the long tests of LIBAI_MAIN_LONG_TESTS: the fault matrix and LiBai's models on every layout.
+# accumulation, LiBai's own layers and model-zoo configs (their text data built with LiBai's preprocess tool),
+# committed checkpoints, launcher lifetime, the GPU host, the config-key guard (LiBai's keys are read from the
+# installed LiBai; LiBai main's own configs are checked there) and LiBai main's own configs with the plugin's
+# trainer line. Their quick tier, plus the long tests of LIBAI_MAIN_LONG_TESTS: the fault matrix, LiBai's whole
+# model zoo on every layout against 1 rank (which covers the zoo's quick-tier layouts, so its quick tier is not
+# run again here) and one iteration of each of LiBai main's own configs.
 LIBAI_MAIN_TESTS ?= tests/test_compat.py tests/test_environment.py tests/test_batch_errors.py \
   tests/test_pairing.py tests/test_stage0_loading.py tests/test_seeding.py tests/test_stochastic.py \
   tests/test_batch_check.py tests/test_evaluation.py tests/test_resume.py tests/test_elastic_resume.py \
   tests/test_data_resume.py tests/test_param_init.py tests/test_train_net.py tests/test_graph.py \
   tests/test_global_mixup.py tests/test_global_mixup_layouts.py tests/test_accumulation_equivalence.py \
   tests/test_text_data.py tests/test_compat_libai_zoo.py tests/test_libai_zoo.py tests/test_libai_zoo_configs.py \
-  tests/test_zoo_equivalence.py tests/test_checkpoint_commit.py tests/test_checkpoint_faults.py \
-  tests/test_launcher_lifetime.py tests/test_gpu_host.py
-LIBAI_MAIN_LONG_TESTS ?= tests/test_checkpoint_faults.py tests/test_zoo_equivalence.py
+  tests/test_checkpoint_commit.py tests/test_checkpoint_faults.py \
+  tests/test_launcher_lifetime.py tests/test_gpu_host.py tests/test_config_keys.py tests/test_graph_libai.py \
+  tests/test_vocab_padding.py tests/test_libai_main_configs.py
+LIBAI_MAIN_LONG_TESTS ?= tests/test_checkpoint_faults.py tests/test_zoo_equivalence.py tests/test_libai_main_configs.py
 
-.PHONY: setup demo test test-all test-libai-main experiment benchmark clean-venv
+.PHONY: setup demo test test-all test-libai-main clean-venv
 
 setup: $(STAMP)
 
@@ -76,11 +85,12 @@ test-all: setup
 gpu-check: setup
 	$(PY) tools/gpu_check.py
 
-# The same code on LiBai main: sets up $(LIBAI_MAIN_VENV) from the archive (once), runs the line's tests there.
+# The same code on LiBai main: sets up $(LIBAI_MAIN_VENV) (once), runs the line's tests there.
 test-libai-main:
-	@[[ "$(LIBAI_MAIN_ARCHIVE)" != *.tar.gz ]] || test -f "$(LIBAI_MAIN_ARCHIVE)" || { echo "make test-libai-main:" \
-	  "no LiBai main archive at $(LIBAI_MAIN_ARCHIVE); set LIBAI_MAIN_ARCHIVE=<path or pip requirement of LiBai main>" >&2; exit 1; }
-	$(MAKE) setup VENV=$(LIBAI_MAIN_VENV) LIBAI=$(LIBAI_MAIN_ARCHIVE)
+	@[[ -z "$(LIBAI_MAIN_ARCHIVE)" || "$(LIBAI_MAIN_ARCHIVE)" != *.tar.gz ]] || test -f "$(LIBAI_MAIN_ARCHIVE)" || { \
+	  echo "make test-libai-main: no LiBai main archive at $(LIBAI_MAIN_ARCHIVE); set LIBAI_MAIN_ARCHIVE=<path or pip" \
+	  "requirement of LiBai main>, or leave it empty for $(LIBAI_MAIN_GIT)" >&2; exit 1; }
+	$(MAKE) setup VENV=$(LIBAI_MAIN_VENV) LIBAI=$(LIBAI_MAIN)
 	$(LIBAI_MAIN_VENV)/bin/python -m pytest $(LIBAI_MAIN_TESTS) -m "not long" $(PYTEST_ARGS)
 	$(LIBAI_MAIN_VENV)/bin/python -m pytest $(LIBAI_MAIN_LONG_TESTS) -m long $(PYTEST_ARGS)
 

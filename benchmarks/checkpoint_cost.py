@@ -18,7 +18,6 @@ the table gives the median wall time of each and its ratio to LiBai's:
 """
 import argparse
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -28,7 +27,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks.report import publish  # noqa: E402
+from benchmarks.report import command_line, publish  # noqa: E402
 
 
 def setup_single_rank():
@@ -112,12 +111,10 @@ def measure(million_params, repeats, workdir):
     return count, size, files, {name: statistics.median(values) for name, values in times.items()}
 
 
-def report(count, size, files, medians, repeats, command):
+def report(count, size, files, medians, repeats):
     base = {"save": medians["save: LiBai"], "load": medians["load: LiBai"], "flush": medians["flush: syncfs"]}
-    lines = ["# Committed checkpoints: save and load cost", "", f"`{command}`", "",
-             f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {platform.node()} "
-             f"({os.cpu_count()} CPUs, shared with other jobs), 1 rank, median of {repeats}: "
-             f"{count / 1e6:.1f} M parameters, AdamW, {size / 2**20:.0f} MiB in {files} files.", "",
+    lines = [f"1 rank, median of {repeats}: {count / 1e6:.1f} M parameters, AdamW, {size / 2**20:.0f} MiB in "
+             f"{files} files.", "",
              "| step | variant | seconds | ratio |", "|---|---|---|---|"]
     for name, seconds in medians.items():
         kind, variant = name.split(": ", 1)
@@ -138,8 +135,9 @@ def main(argv=None):
         count, size, files, medians = measure(args.params, args.repeats, workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    command = "benchmarks/checkpoint_cost.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    publish(report(count, size, files, medians, args.repeats, command), args.out)
+    command = command_line(sys.argv[:1] + argv) if argv is not None else None
+    publish(report(count, size, files, medians, args.repeats), args.out,
+            title="Committed checkpoints: save and load cost", command=command)
 
 
 if __name__ == "__main__":

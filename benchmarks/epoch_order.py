@@ -18,7 +18,6 @@ are options.
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -88,12 +87,7 @@ def measure(kind, size):
 
 
 def report(rows, passes, args):
-    lines = ["# Starting an epoch: full permutation vs index shuffle, per rank", "",
-             f"Command: `.venv/bin/python benchmarks/epoch_order.py {' '.join(sys.argv[1:])}`",
-             f"Host: {platform.node()}, {os.cpu_count()} CPU cores, load average "
-             f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end; "
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
-             "Each cell: a fresh process, from the call to the first batch of 1024 indices; memory is the rise of the "
+    lines = ["Each cell: a fresh process, from the call to the first batch of 1024 indices; memory is the rise of the "
              "process's peak resident size over its baseline after imports.", "",
              "| samples | full permutation: s | full permutation: MB | index shuffle: s | index shuffle: MB "
              "| time ratio |",
@@ -132,7 +126,8 @@ def main():
         full = measure("full", size) if size <= args.full_max else None
         rows.append((size, full, measure("shuffle", size)))
         passes.append((size, step_positions(size, args.step_batches)))
-    publish(report(rows, passes, args), args.out)
+    publish(report(rows, passes, args), args.out,
+            title="Starting an epoch: full permutation vs index shuffle, per rank")
 
 
 if __name__ == "__main__":

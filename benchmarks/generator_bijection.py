@@ -9,7 +9,6 @@ once.  It needs 4 GiB of memory for the flags and a few minutes, so it is a scri
 """
 import argparse
 import os
-import platform
 import sys
 import time
 
@@ -45,12 +44,9 @@ def main():
     start = time.perf_counter()
     hit = words_hit(derive_keys(args.seed, args.stream, args.call))
     verdict = "a bijection" if hit == INDICES else f"NOT a bijection: {INDICES - hit} words never hit"
-    publish(f"# One key over all 2**32 indices\n\n"
-            f"Command: `.venv/bin/python benchmarks/generator_bijection.py --seed {args.seed} --stream {args.stream} "
-            f"--call {args.call}`\nHost: {platform.node()}, {os.cpu_count()} CPU cores; "
-            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n\n"
-            f"Key (seed {args.seed}, stream {args.stream!r}, call {args.call}): {hit} distinct words of {INDICES}: "
-            f"{verdict} ({time.perf_counter() - start:.0f} s).\n", args.out)
+    publish(f"Key (seed {args.seed}, stream {args.stream!r}, call {args.call}): {hit} distinct words of {INDICES}: "
+            f"{verdict} ({time.perf_counter() - start:.0f} s).\n", args.out,
+            title="One key of the dropout generator over all 2**32 indices")
     return 0 if hit == INDICES else 1
 
 

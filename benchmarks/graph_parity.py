@@ -9,7 +9,7 @@ Runs tests/rank_scripts/graph_parity.py once (no random crop, no mixup in any mo
   eager_acc2, graph_acc2: prints the largest absolute loss difference between graph and eager
   mode, and between one graph step with ``num_accumulation_steps=2`` and the mean of two eager
   micro-batches;
-* ``--swin-dropout``: ``configs/swin_digits_cpu.py`` on 1 rank with dropout 0.1, attention
+* ``--swin-dropout``: ``configs/demo_swin_digits_cpu.py`` on 1 rank with dropout 0.1, attention
   dropout 0.1, drop-path 0.2 and ``train.randomness=layout_invariant`` (the target: graph mode
   with dropout on matches eager within 1e-4 over 10 iterations on 1 rank), modes eager and graph:
   prints the largest relative loss difference.
@@ -54,10 +54,10 @@ def demo(iters):
 
 
 def swin_dropout(iters):
-    losses = run_modes("swin_digits_cpu.py", 1, ["eager", "graph"], iters, SWIN_DROPOUT)
+    losses = run_modes("demo_swin_digits_cpu.py", 1, ["eager", "graph"], iters, SWIN_DROPOUT)
     eager, graph = losses["eager"], losses["graph"]
     relative = np.abs(graph - eager) / np.abs(eager)
-    print(f"swin_digits_cpu, 1 rank, {' '.join(SWIN_DROPOUT)}")
+    print(f"demo_swin_digits_cpu, 1 rank, {' '.join(SWIN_DROPOUT)}")
     print(f"iterations: {len(eager)}, eager loss range {np.ptp(eager):.4f}")
     print("eager:", np.array2string(eager, precision=6))
     print("graph:", np.array2string(graph, precision=6))

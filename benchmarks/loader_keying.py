@@ -16,7 +16,6 @@ median batch time as samples per second, and the ratio to stock.
 """
 import argparse
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -88,12 +87,7 @@ def measure(rounds, data_root):
 
 
 def report(rows, args):
-    lines = ["# Layout-invariant train loader: cost of the global order and per-sample keys", "",
-             f"Command: `.venv/bin/python benchmarks/loader_keying.py {' '.join(sys.argv[1:])}`",
-             f"Host: {platform.node()}, {os.cpu_count()} CPU cores, load average "
-             f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end; "
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
-             f"One process, num_workers=0, global batch {GLOBAL_BATCH}, {args.batches} batches per loader, taking "
+    lines = [f"One process, num_workers=0, global batch {GLOBAL_BATCH}, {args.batches} batches per loader, taking "
              "turns batch by batch; median (quartiles) samples/s per batch.", "",
              "| augmentation | loader | samples/s | quartiles | ratio to stock | ms per sample more than stock |",
              "|---|---|---|---|---|---|"]
@@ -111,7 +105,7 @@ def main():
     parser.add_argument("--out", help="also write the table here (markdown)")
     args = parser.parse_args()
     text = report(measure(args.batches, args.data), args)
-    publish(text, args.out)
+    publish(text, args.out, title="Layout-invariant train loader: cost of the global order and per-sample keys")
 
 
 if __name__ == "__main__":

@@ -344,20 +344,17 @@ def main():
     times, cpu = time_variants(args.sizes, args.dtype, args.device, args.repeats)
     memory = memory_in_fresh_processes(args.sizes, args.dtype, args.device, max(3, args.repeats // 2))
     text, _ = table(args.sizes, times, cpu, memory, args.device)
-    load = os.getloadavg()
-    header = (f"Command: `.venv/bin/python benchmarks/mask_cost.py --sizes {' '.join(map(str, args.sizes))} "
-              f"--repeats {args.repeats} --dtype {args.dtype} --device {args.device}" + (" --stages" if args.stages else "")
-              + "`\n\n"
-              f"{args.device}, {args.dtype}, p = {RATE}, forward with `x.requires_grad`; load average "
-              f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the end; time: median of {args.repeats} interleaved "
-              f"calls; memory: median of {max(3, args.repeats // 2)} fresh processes per variant.\n")
+    setting = (f"{args.device}, {args.dtype}, p = {RATE}, forward with `x.requires_grad`; time: median of "
+               f"{args.repeats} interleaved calls; memory: median of {max(3, args.repeats // 2)} fresh processes per "
+               "variant.\n")
     if args.stages:
         size = args.sizes[-1]
         text += (f"\n\nThe int-op path's stages at 2^{size} elements, one chunk of "
                  f"{min(2 ** (size - 1), _chunk_words(args.device))} words at a time (CPU time of this process; a "
                  "unit is one int32 multiply over the words):\n\n" + stages_table(stage_costs(size, args.dtype,
                                                                                          args.device)))
-    publish(header + "\n" + text + "\n", args.out)
+    publish(setting + "\n" + text + "\n", args.out,
+            title=f"Dropout masks: the keyed mask against flow._C.dropout, {args.device}, {args.dtype}")
     return 0
 
 

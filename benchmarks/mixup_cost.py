@@ -12,7 +12,6 @@ both occur).  The table gives rank 0's median and the ratio global / local.
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -85,7 +84,7 @@ def measure(ranks, args):
 
 def table(results, args):
     lines = [f"get_batch, {args.micro_batch} images of 3x{args.image_size}x{args.image_size} per rank (data parallel), "
-             f"rank 0 median of {args.calls} calls; {platform.node()}, {os.cpu_count()} CPUs",
+             f"rank 0 median of {args.calls} calls",
              "", "| ranks | no mixup (ms) | local mixup (ms) | global mixup (ms) | global / local |",
              "|---|---|---|---|---|"]
     for ranks, ms in results.items():
@@ -111,7 +110,7 @@ def main():
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="mixup-cost-")
     sys.path.insert(0, ROOT)
     text = table({ranks: measure(ranks, args) for ranks in args.ranks}, args)
-    publish(text, args.out)
+    publish(text, args.out, title="Global mixup: the cost of get_batch")
 
 
 if __name__ == "__main__":

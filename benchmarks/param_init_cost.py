@@ -16,14 +16,13 @@ the stock build in ``train.randomness="layout_invariant"``.
 """
 import argparse
 import os
-import platform
 import statistics
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-CONFIGS = ("configs/swin_digits_cpu.py", "configs/swin_cifar100.py")
+CONFIGS = ("configs/demo_swin_digits_cpu.py", "configs/swin_cifar100.py")
 
 
 def setup_single_rank():
@@ -91,13 +90,12 @@ def main():
         lines.append(f"| {config} | {parameters / 1e6:.2f} M | {redrawn} | {t['stock']:.3f} | {t['recorded']:.3f} "
                      f"| {t['re-draw']:.3f} | {ratio:.2f}x |")
         print(lines[-1], flush=True)
-    header = (f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {platform.node()} "
-              f"({os.cpu_count()} CPUs, shared with other jobs), 1 rank, median of {args.repeats}:\n\n")
     if args.out:
+        from benchmarks.report import header
+
         with open(args.out, "w") as f:
-            f.write("# layout_invariant initial weights: build cost\n\n"
-                    f"`{' '.join(['benchmarks/param_init_cost.py'] + sys.argv[1:])}`\n\n" + header
-                    + "\n".join(lines) + "\n")
+            f.write(header("Initial weights from the seed: the cost of building a model")
+                    + f"1 rank, median of {args.repeats}:\n\n" + "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -9,16 +9,14 @@
    in one process per rank count; each time is one call, from a device sync to a device sync,
    and the table gives rank 0's median over ``--calls`` calls, and the ratio to
    ``flow.nn.Dropout`` on the same input (the same shard on every rank).
-2. Training step: ``configs/swin_digits_cpu.py`` on 1 rank, dropout 0.1 + attention dropout
+2. Training step: ``configs/demo_swin_digits_cpu.py`` on 1 rank, dropout 0.1 + attention dropout
    0.1 on (per mode) or off, via ``benchmarks/timed_train_net.py``.  Variants run interleaved,
    ``--repeats`` times; the step time is the median after ``--step-warmup`` iterations.
 """
 import argparse
 import json
 import os
-import platform
 import statistics
-import sys
 import tempfile
 import time
 
@@ -80,7 +78,7 @@ def run_step(variant, iters, workdir, tag):
     from libai_ext.testing import launch
 
     output = os.path.join(workdir, f"step_{tag}")
-    args = ["--config-file", os.path.join(ROOT, "configs", "swin_digits_cpu.py"), f"train.train_iter={iters}",
+    args = ["--config-file", os.path.join(ROOT, "configs", "demo_swin_digits_cpu.py"), f"train.train_iter={iters}",
             "train.evaluation.enabled=False", "train.log_period=1000", f"train.output_dir={output}",
             f"dataloader.train.dataset.0.root.root={workdir}/data",
             f"dataloader.test.0.dataset.root.root={workdir}/data",
@@ -130,10 +128,7 @@ def main():
 
     workdir = tempfile.mkdtemp(prefix="randomness-cost-")
     by_ranks = {nproc: launch_self(nproc, args.calls, workdir) for nproc in args.ranks}
-    report = [f"Command: `{' '.join([os.path.relpath(sys.executable, ROOT)] + sys.argv)}`",
-              f"Host: {platform.node()}, {os.cpu_count()} CPU cores; "
-              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
-              "## Dropout calls (p = 0.1, forward), rank 0's median of "
+    report = ["## Dropout calls (p = 0.1, forward), rank 0's median of "
               f"{args.calls} interleaved calls", "", calls_table(by_ranks)]
     if args.repeats:
         steps = {variant: [] for variant in STEP_VARIANTS}
@@ -141,11 +136,11 @@ def main():
             for variant in STEP_VARIANTS:
                 tag = f"{variant.replace(' ', '_')}_{repeat}"
                 steps[variant].append(run_step(variant, args.step_iters, workdir, tag))
-        report += ["", f"## Training step: configs/swin_digits_cpu.py, 1 rank, {args.step_iters} iterations, "
+        report += ["", f"## Training step: configs/demo_swin_digits_cpu.py, 1 rank, {args.step_iters} iterations, "
                        f"median after {args.step_warmup}, variants interleaved x {args.repeats}", "",
                    step_table(steps, args.step_warmup)]
     text = "\n".join(report) + "\n"
-    publish(text, args.out)
+    publish(text, args.out, title="Dropout masks and a Swin step under each randomness mode")
 
 
 if __name__ == "__main__":

@@ -140,10 +140,7 @@ def main():
     results = {v: profile(args.model, args.ranks, v, args.iters, args.warmup, workdir, args.graph)
                for v in args.variants}
     layout = trainer_overhead.LAYOUTS[args.ranks]
-    text = [f"Command: `.venv/bin/python benchmarks/step_profile.py --model {args.model} --ranks {args.ranks} "
-            f"--iters {args.iters} --warmup {args.warmup} --variants {' '.join(args.variants)} --top {args.top}"
-            + (" --graph`" if args.graph else "`"),
-            "", f"{args.ranks} ranks {layout} (dp, tp, pp), {args.iters - args.warmup} profiled steps per rank. "
+    text = [f"{args.ranks} ranks {layout} (dp, tp, pp), {args.iters - args.warmup} profiled steps per rank. "
             "Step time of rank 0 with the profiler on (median): "
             + ", ".join(f"{v} {results[v][1]:.3f} s" for v in args.variants) + "."]
     for rank in shown_ranks(args.ranks):
@@ -152,7 +149,9 @@ def main():
         if args.graph:
             text += ["", ops_table(results, args.variants, rank)]
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    publish("\n".join(text) + "\n", out)
+    mode = ", graph mode" if args.graph else ""
+    publish("\n".join(text) + "\n", out,
+            title=f"Where a training step goes: {args.model} on {args.ranks} ranks{mode}, every rank profiled")
 
 
 if __name__ == "__main__":

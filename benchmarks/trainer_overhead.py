@@ -36,6 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from libai_ext.testing import MultiRankError, launch  # noqa: E402
+from report import header  # noqa: E402  benchmarks/report.py (scripts run from benchmarks/)
 
 LAYOUTS = {1: (1, 1, 1), 2: (1, 1, 2), 4: (2, 1, 2), 8: (2, 2, 2)}
 # "consistent" variants: the pairing fix alone (train.randomness="fast": LiBai's sampler, OneFlow's init, local
@@ -161,6 +162,16 @@ def table(results, failures=None):
     return "\n".join(lines)
 
 
+def title(args):
+    """What a results file of this script holds, e.g. 'Whole training step, gpt2 on 8 ranks: stock vs
+    layout_invariant, 10 repeats'."""
+    ranks = " and ".join(", ".join(map(str, args.ranks)).rsplit(", ", 1))
+    variants = "every trainer" if list(args.variants) == list(VARIANTS) else " vs ".join(args.variants)
+    repeats = f"{args.repeats} repeat{'s' * (args.repeats > 1)}"
+    mode = ", graph mode" if args.graph else ""
+    return f"Whole training step{mode}, {args.model} on {ranks} ranks: {variants}, {repeats}"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--iters", type=int, default=60)
@@ -199,11 +210,7 @@ def main():
     text = table(results, failures)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
-        f.write(f"Command: `{os.path.relpath(sys.executable, ROOT)} benchmarks/trainer_overhead.py --model {args.model} "
-                f"--iters {args.iters} --warmup {args.warmup} --repeats {args.repeats} "
-                f"--ranks {' '.join(map(str, args.ranks))}" + (" --graph" if args.graph else "")
-                + ("" if args.variants == list(VARIANTS) else f" --variants {' '.join(args.variants)}") + "`\n\n")
-        f.write(setting(args) + "\n\n" + text + "\n")
+        f.write(header(title(args)) + setting(args) + "\n\n" + text + "\n")
     print(setting(args))
     print(text)
 
@@ -212,11 +219,10 @@ def setting(args):
     """What was compared, in words (the output says which graph stock ran)."""
     from libai.version import __version__ as libai_version
 
-    load = " ".join(f"{v:.2f}" for v in os.getloadavg())
     mode = ("graph mode (graph.enabled=True): every variant, stock included, trains with the graph the config "
             "names (libai_ext.engine.GraphBase); stock is LiBai's DefaultTrainer with it, launched through this "
             "project's train_net (benchmarks/timed_train_net.py)" if args.graph else "eager mode")
-    return f"LiBai {libai_version}, {mode}; load average at the end: {load}."
+    return f"LiBai {libai_version}, {mode}."
 
 
 if __name__ == "__main__":

@@ -35,19 +35,11 @@ from libai.tokenizer import BertTokenizer
 from omegaconf import OmegaConf
 
 from libai_ext.compat import nlp_api
-from libai_ext.data.text_data import text_data_file
 
 from .common.graph import graph
 from .common.optim import optim
+from .common.text_data import data_file, text_data  # noqa: F401 (text_data: the config's key)
 from .common.train import train
-
-# Where the text data live (built there on first use) and where LiBai's preprocess tool comes
-# from (null: $LIBAI_MAIN_ARCHIVE, else LiBai main's archive beside this repository).
-text_data = OmegaConf.create(dict(root="./data/libai_text", libai_source=None))
-
-
-def data_file(name):
-    return LazyCall(text_data_file)(root="${text_data.root}", name=name, libai_source="${text_data.libai_source}")
 
 
 SEQ_LENGTH = 64

@@ -1,7 +1,7 @@
 """LiBai's own SwinTransformer on the digits, sized for CPU ranks, every dropout and drop-path on.
 
 ``libai.models.SwinTransformer`` (patch 8 on the 32x32 upscaled digits: 4x4 tokens, window 2,
-embed 48, depths [2, 2], heads [2, 4]) with the data pipeline of configs/swin_digits_cpu.py
+embed 48, depths [2, 2], heads [2, 4]) with the data pipeline of configs/demo_swin_digits_cpu.py
 (the same sizes as this project's own Swin there): random crop, mixup/cutmix, label smoothing.
 
     python -m oneflow.distributed.launch --nproc_per_node 1 tools/train_net.py \

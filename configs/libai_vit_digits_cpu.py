@@ -1,7 +1,7 @@
 """LiBai's own VisionTransformer on the digits, sized for CPU ranks, every dropout and drop-path on.
 
 ``libai.models.VisionTransformer`` (patch 8 on the 32x32 upscaled digits: 16 patches + the class
-token, embed 64, 4 heads, depth 4) with the data pipeline of configs/swin_digits_cpu.py:
+token, embed 64, 4 heads, depth 4) with the data pipeline of configs/demo_swin_digits_cpu.py:
 scikit-learn's handwritten digits as a CIFAR-format folder, random crop, mixup/cutmix and
 label smoothing (soft labels, so the loss is a soft-target cross entropy).
 

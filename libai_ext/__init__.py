@@ -19,7 +19,8 @@ _EXPORTS = {
     "ConsistentBatchTrainer": ".engine", "GlobalMixup": ".engine", "mixup_step": ".engine",
     "CheckpointDamaged": ".engine", "CommittedCheckpointer": ".engine", "die_with_launcher": ".engine",
     "seed_everything": ".engine", "seed_from_config": ".engine",
-    "DropPath": ".layers", "Dropout": ".layers",
+    "DropPath": ".layers", "Dropout": ".layers", "feed_step": ".engine", "StepFedGraph": ".engine",
+    "UnkeyedGraphDraw": ".layers",
     "build_with_seeded_init": ".random", "recording_init": ".random", "reinitialize": ".random",
     "watch_late_parameters": ".random", "convert_stochastic_layers": ".layers", "drawing_step": ".random.draws",
 }

@@ -16,6 +16,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RANK_SCRIPTS = os.path.join(ROOT, "tests", "rank_scripts")
 
 
+# LiBai's model zoo as this project's CPU configs: the models both LiBai lines have, then those only
+# LiBai main has (0.1.1 has no RoBERTa, SwinV2 or ResMLP).
+ZOO_BOTH_LINES = ("libai_gpt2_cpu", "libai_bert_cpu", "libai_t5_cpu", "libai_vit_digits_cpu", "libai_swin_digits_cpu")
+ZOO_MAIN_ONLY = ("libai_roberta_cpu", "libai_swinv2_digits_cpu", "libai_resmlp_digits_cpu")
+ZOO_TEXT = ("libai_gpt2_cpu", "libai_bert_cpu", "libai_t5_cpu", "libai_roberta_cpu")  # read text_data.root
+
+
+def zoo_configs():
+    """The zoo configs the installed LiBai line can train, in launch order."""
+    from libai_ext.compat import detect, libai_main
+
+    return list(ZOO_BOTH_LINES + (ZOO_MAIN_ONLY if detect.libai_line() is libai_main else ()))
+
+
 def load_tool(name):
     """The module behind tools/<name>.py: ``libai_ext.cli.<name>`` (the script is a thin wrapper of it)."""
     return importlib.import_module(f"libai_ext.cli.{name}")
@@ -44,6 +58,25 @@ def check_equivalence(argv, configs, layouts):
     for config in configs:
         assert sorted(tables[config]) == sorted(layouts), (config, text)
     return status, tables, text
+
+
+def relative_differences(argv, configs, layouts):
+    """``(status, {config: {layout: max relative difference}}, output)`` of one ``check_equivalence`` run."""
+    status, tables, text = check_equivalence(argv, configs, layouts)
+    return status, {config: {layout: float(cells[1]) for layout, cells in rows.items()}
+                    for config, rows in tables.items()}, text
+
+
+@contextlib.contextmanager
+def working_folder(folder):
+    """Within: ``folder`` (created) is the working directory (configs that build data under ./data share it)."""
+    folder.mkdir(exist_ok=True)
+    previous = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield folder
+    finally:
+        os.chdir(previous)
 
 
 def rank_script(name):
@@ -96,10 +129,33 @@ def repo_root():
 @pytest.fixture(scope="session")
 def libai_text_data(tmp_path_factory):
     """The text data of the LiBai GPT-2/BERT configs, built once per session (about half a minute:
-    LiBai's preprocess tool runs twice) in a temporary folder; returns its root."""
+    LiBai's preprocess tool runs three times) in a temporary folder; returns its root."""
     from libai_ext.data.text_data import ensure_text_data
 
     return ensure_text_data(str(tmp_path_factory.mktemp("libai_text") / "data"))
+
+
+@pytest.fixture(scope="session")
+def libai_main_configs(tmp_path_factory):
+    """LiBai main's own ``configs/`` folder, extracted from its source archive (``$LIBAI_MAIN_ARCHIVE``, else
+    beside this repository; the installed packages do not ship it) into a temporary folder; returns its path."""
+    import tarfile
+
+    from libai_ext.data.text_data import resolve_libai_source
+
+    source = resolve_libai_source()
+    if os.path.isdir(source):
+        return os.path.join(source, "configs")
+    out = tmp_path_factory.mktemp("libai_main") / "configs"
+    with tarfile.open(source) as archive:
+        for member in archive.getmembers():
+            parts = member.name.split("/")
+            if member.isfile() and len(parts) > 2 and parts[1] == "configs" and ".." not in parts:
+                target = out.joinpath(*parts[2:])
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(archive.extractfile(member).read())
+    assert (out / "swin_cifar100.py").is_file(), f"{source}: no configs/swin_cifar100.py"
+    return str(out)
 
 
 # Rank scripts import `common` as a sibling; tests import them rarely, but keep it importable.

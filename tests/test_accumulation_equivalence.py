@@ -5,7 +5,7 @@ positions whether they arrive in one batch, split over data-parallel ranks, or i
 (eager: one per iteration; graph: split by OneFlow), so dropout, drop-path, the crop of each
 sample and the global mixup are the same.  Eager accumulation also steps the learning rate per
 optimizer step (``engine/step_schedule.py``).  ``tools/check_equivalence.py`` on
-configs/swin_digits_cpu.py (dropout 0.1, attention dropout 0.1, drop-path 0.2, random crop,
+configs/demo_swin_digits_cpu.py (dropout 0.1, attention dropout 0.1, drop-path 0.2, random crop,
 mixup/cutmix, label smoothing, its warmup-cosine schedule) over 64 training samples, so that the
 4 steps of global batch 32 cross an epoch boundary twice; every rank its own python/numpy/OneFlow
 streams (``train.seed_scope=rank``).  Data-parallel layouts within 1e-4, the others within 1e-5.
@@ -24,11 +24,11 @@ LONG = ["dp2", "acc4", "dp2xacc2:graph", "pp2xacc2"]
 
 
 def run(tmp_path, layouts, *overrides):
-    argv = ["--config-file", os.path.join(ROOT, "configs", "swin_digits_cpu.py"), "--layouts", "1", *layouts,
+    argv = ["--config-file", os.path.join(ROOT, "configs", "demo_swin_digits_cpu.py"), "--layouts", "1", *layouts,
             "--iters", "4", "--rtol", "1e-4", "--timeout", "900", "--workdir", str(tmp_path / "runs"),
             f"dataloader.train.dataset.0.root.root={tmp_path / 'digits'}", *COMMON, *overrides]
-    status, tables, text = check_equivalence(argv, ["swin_digits_cpu"], layouts)
-    return status, {layout: float(cells[1]) for layout, cells in tables["swin_digits_cpu"].items()}, text
+    status, tables, text = check_equivalence(argv, ["demo_swin_digits_cpu"], layouts)
+    return status, {layout: float(cells[1]) for layout, cells in tables["demo_swin_digits_cpu"].items()}, text
 
 
 def tolerance(layout):

@@ -64,6 +64,7 @@ def stock_rows(tmp_path_factory, data, layouts):
             if line.startswith("| ") and not line.startswith("| layout")}
     assert sorted(rows) == sorted(layouts[1:]), out.getvalue()
     assert status == 1, out.getvalue()
+    assert "(stock: LiBai's own DefaultTrainer, run through libai_ext's train_net" in out.getvalue()
     return rows
 
 

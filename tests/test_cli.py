@@ -1,7 +1,9 @@
 """The command-line tools (``libai_ext.cli``, installed as ``libai-ext-*``; ``tools/*.py`` wrap them).
 
 * every tool's ``--help`` states purpose, defaults, exit codes and examples with this project's
-  configs, starts no OneFlow (none of its start-up messages), and every example parses;
+  configs, starts no OneFlow (none of its start-up messages), every example parses and writes
+  outside the repository's own folders; ``--version`` prints ``libai_ext.__version__``; a missing
+  config file or a bad argument is one line on stderr and exit code 2;
 * ``key=value`` overrides before or after the options (stock LiBai hands a late ``--resume`` to
   Hydra, which fails);
 * ``--fast-dev-run`` sets what LiBai main's train_net sets, after the user's overrides;
@@ -33,7 +35,7 @@ SCRIPTS = {"libai-ext-train": "train_net", "libai-ext-check-batch": "check_batch
            "libai-ext-gpu-check": "gpu_check", "libai-ext-print-run": "print_run",
            "libai-ext-make-text-data": "make_text_data"}
 ONEFLOW_NOISE = ("libibverbs", "CUDA driver", "cuda_device_descriptor")
-PROJECT_CONFIGS = ("configs/demo_pipeline_cpu.py", "configs/swin_digits_cpu.py", "configs/swin_cifar100.py",
+PROJECT_CONFIGS = ("configs/demo_pipeline_cpu.py", "configs/demo_swin_digits_cpu.py", "configs/swin_cifar100.py",
                    "configs/libai_gpt2_cpu.py")
 
 
@@ -69,7 +71,8 @@ def test_help_states_purpose_defaults_exit_codes_and_examples(helps, name):
         assert text.startswith("usage:") and len(text.split("\n\n")[1]) > 80, text  # a description paragraph
         assert "\nexit codes:\n  0  " in text and "\nexamples:\n" in text, text
         for option, help_text in option_helps(text).items():  # each option says its default (or that it has none)
-            assert option == "-h" or "(default" in help_text or "(required)" in help_text, (option, help_text)
+            assert option in ("-h", "--version") or "(default" in help_text or "(required)" in help_text, \
+                (option, help_text)
         assert any(config in text for config in PROJECT_CONFIGS), text
     assert helps[name][0].stdout.split("\n", 1)[1] == helps[name][1].stdout.split("\n", 1)[1]  # same tool
 
@@ -79,6 +82,77 @@ def option_helps(text):
     section = text.split("\noptions:\n", 1)[1].split("\n\n", 1)[0]
     entries = re.split(r"\n(?=  -)", section)
     return {entry.split()[0].rstrip(","): " ".join(entry.split()) for entry in entries}
+
+
+def test_every_tool_prints_the_package_version():
+    import libai_ext
+
+    versions = {name: run_python("-m", f"libai_ext.cli.{name}", "--version") for name in TOOLS}
+    assert {name: (out.returncode, out.stdout, out.stderr) for name, out in versions.items()} == \
+        {name: (0, f"libai_ext {libai_ext.__version__}\n", "") for name in TOOLS}
+
+
+CONFIG_TOOLS = ("train_net", "check_batch", "check_equivalence")
+
+
+def test_a_missing_config_file_or_a_bad_argument_is_one_line_and_exit_code_2(tmp_path):
+    """Every tool: no traceback from the config loader (stock LiBai's own parser and loader print one)."""
+    missing = str(tmp_path / "no_such_config.py")
+    layouts = {"check_equivalence": ["--layouts", "1", "pp2"]}
+    cases = {f"{name} missing config": (name, ["--config-file", missing, *layouts.get(name, [])])
+             for name in CONFIG_TOOLS}
+    cases["train_net folder as config"] = ("train_net", ["--config-file", str(tmp_path)])
+    cases.update({f"{name} bad argument": (name, ["--no-such-option"]) for name in TOOLS})
+    started = {case: subprocess.Popen([sys.executable, "-m", f"libai_ext.cli.{name}", *argv], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, cwd=str(tmp_path),
+                                      env=dict(os.environ, PYTHONPATH=ROOT))
+               for case, (name, argv) in cases.items()}
+    for case, process in started.items():
+        stdout, stderr = process.communicate(timeout=120)
+        assert (process.returncode, stdout, len(stderr.splitlines())) == (2, "", 1), (case, stderr)
+        assert "Traceback" not in stderr and "error: " in stderr and "--help" in stderr, (case, stderr)
+        if "config" in case:
+            assert str(tmp_path) in stderr, (case, stderr)  # names the file
+    from libai.config import LazyConfig
+
+    with pytest.raises(FileNotFoundError):  # stock: LiBai's loader, a traceback
+        LazyConfig.load(missing)
+
+
+def tracked_folders():
+    """The repository's own top-level folders (tracked by git), where no example may write."""
+    out = subprocess.run(["git", "ls-files"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return {path.split("/", 1)[0] for path in out.stdout.splitlines() if "/" in path}
+
+
+def written_paths(words):
+    """The paths a tool's arguments write to: --out/--plot/--workdir values and train.output_dir."""
+    paths = [words[i + 1] for i, word in enumerate(words[:-1]) if word in ("--out", "--plot", "--workdir")]
+    return paths + [word.split("=", 1)[1] for word in words if word.startswith("train.output_dir=")]
+
+
+def test_help_examples_write_outside_the_repositorys_own_folders(helps):
+    own = tracked_folders()
+    assert {"docs", "configs", "libai_ext", "tests"} <= own
+    writes = []
+    for name in TOOLS:
+        for command in help_examples(helps[name][0].stdout):
+            writes += [(name, path) for path in written_paths(tool_arguments(command)[1])]
+    assert writes, "no example writes anything: the check sees nothing"
+    inside = [(name, path) for name, path in writes if os.path.normpath(path).split(os.sep)[0] in own]
+    assert inside == []
+
+
+def test_print_run_says_what_a_stock_run_is(tmp_path):
+    from libai_ext.cli.common import STOCK_MEANING
+
+    info = {"trainer": "libai.engine.default.DefaultTrainer", "wall_time_s": 3.0, "final_eval": {"Acc@1": 50.0},
+            "stock": STOCK_MEANING}
+    (tmp_path / "run_info.json").write_text(json.dumps(info))
+    out = run_python("-m", "libai_ext.cli.print_run", str(tmp_path))
+    assert out.returncode == 0 and out.stdout.splitlines() == [
+        "libai.engine.default.DefaultTrainer: 3 s of training, final evaluation {'Acc@1': 50.0}", f"({STOCK_MEANING})"]
 
 
 def test_no_tool_imports_oneflow_before_parsing():
@@ -93,10 +167,12 @@ def test_train_net_help_lists_the_plugins_keys_with_the_codes_defaults(helps):
     from libai_ext.engine.launch import DEFAULT_TRAINER
     from libai_ext.random import DEFAULT_RANDOMNESS, RANDOMNESS_MODES, SEED_SCOPES
 
+    from libai_ext.config_keys import KEYS
+
     text = " ".join(helps["train_net"][0].stdout.split())  # line breaks as spaces
-    for key in ("train.trainer", "train.seed", "train.seed_scope", "train.randomness", "train.batch_check",
-                "train.stage0_only_loading", "train.load_weight", "train.dist.pipeline_num_layers"):
-        assert f" {key} " in text, key
+    assert {"train.randomness", "train.checkpointer.checksums", "train.stage0_only_loading"} <= {k.name for k in KEYS}
+    for key in KEYS:  # the table libai_ext's keys live in, default included
+        assert f" {key.name} " in text and f"(default {' '.join(key.default.split())})" in text, key.name
     for value in (*BATCH_CHECK_MODES, *RANDOMNESS_MODES, *SEED_SCOPES, DEFAULT_TRAINER):
         assert f'"{value}"' in text, value
     assert f'(default "{DEFAULT_RANDOMNESS}")' in text and f'(default "{DEFAULT_TRAINER}")' in text
@@ -194,7 +270,8 @@ def test_fast_dev_run_sets_libai_mains_keys_after_the_overrides():
                                      args.opts)
     assert (cfg.train.train_iter, cfg.train.train_epoch, cfg.train.evaluation.eval_period,
             cfg.train.log_period) == (20, 0, 10, 1)
-    plain = train_net.parse_args(["--config-file", "c.py", "train.train_iter=500"])
+    plain = train_net.parse_args(["--config-file", os.path.join(ROOT, "configs", "demo_pipeline_cpu.py"),
+                                  "train.train_iter=500"])
     assert plain.opts == ["train.train_iter=500"]
 
 

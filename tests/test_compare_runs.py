@@ -28,11 +28,16 @@ def run_tool(*args):
     return subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True, timeout=120)
 
 
-def table_rows(md_text):
-    rows = {}
+def table_rows(md_text, header="| run | final loss"):
+    """``{run: cells}`` of the table whose header starts with ``header``."""
+    rows, inside = {}, False
     for line in md_text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 5 and cells[0] not in ("run", "---"):
+        if line.startswith(header):
+            inside = True
+        elif inside and not line.startswith("|"):
+            break
+        elif inside and not line.startswith("|---"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
             rows[cells[0]] = cells[1:]
     return rows
 
@@ -64,6 +69,23 @@ def test_plot_and_table(tmp_path):
         assert final == f"{accs[-1]:.2f}"
     assert rows["ours"][3] == "123.4"
     assert rows["base"][3] == f"~{0.5 * 200:.1f}"  # 200 iterations at 0.5 s per step
+
+
+def test_the_table_names_each_runs_trainer_and_what_stock_means(tmp_path):
+    for name, trainer in (("stock", "libai.engine.default.DefaultTrainer"),
+                          ("plugin", "libai_ext.engine.trainer.ConsistentBatchTrainer"), ("other", None)):
+        write_metrics(str(tmp_path / name), [2.0, 1.5], [50.0], 0.1, eval_period=20)
+        if trainer:
+            (tmp_path / name / "run_info.json").write_text(json.dumps({"trainer": trainer, "wall_time_s": 1.0}))
+    out = tmp_path / "out" / "table"
+    res = run_tool("--runs", *(f"{n}={tmp_path / n}" for n in ("stock", "plugin", "other")), "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    text = out.with_suffix(".md").read_text()
+    folders = table_rows(text, header="| run | folder")
+    assert {name: cells[1] for name, cells in folders.items()} == {
+        "stock": "libai.engine.default.DefaultTrainer", "plugin": "libai_ext.engine.trainer.ConsistentBatchTrainer",
+        "other": "unknown"}
+    assert "Stock: LiBai's own DefaultTrainer, run through libai_ext's train_net" in text
 
 
 def test_missing_metrics_names_folder(tmp_path):

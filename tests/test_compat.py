@@ -193,6 +193,94 @@ def test_layer_norm_takes_the_cpu_path_for_cpu_inputs_only(monkeypatch):
     assert seen == ["libai", "cpu"]
 
 
+# --- LiBai 0.1.1's graph code on OneFlow 0.9.0's proxies ------------------------------------------
+
+class StagedModel(flow.nn.Module):
+    """A model with a ``set_pipeline_stage_id`` written as LiBai's models write it: OneFlow 0.8's
+    ``.origin`` / ``.config`` (0.1.1's only API; main's models take it where ``config`` exists), else
+    0.9.0's ``to(nn.Module)`` / ``to(GraphModule).set_stage``."""
+
+    def __init__(self):
+        super().__init__()
+        placement = dist.get_layer_placement(0)
+        self.linear = flow.nn.Linear(4, 4).to_global(placement=placement, sbp=flow.sbp.broadcast)
+        self.scale = flow.nn.Parameter(flow.ones(4, placement=placement, sbp=flow.sbp.broadcast))
+
+    def forward(self, x):
+        return {"loss": (self.linear(x) * self.scale).sum()}
+
+    @staticmethod
+    def set_pipeline_stage_id(model):
+        from oneflow.nn.graph import GraphModule
+
+        if hasattr(model.linear, "config"):  # LiBai main's models test this too
+            for module_block in model.modules():
+                if isinstance(module_block.origin, flow.nn.Linear):
+                    module_block.config.stage_id = 0
+            model.scale.config.stage_id = 0
+        else:
+            for module_block in model.modules():
+                if isinstance(module_block.to(flow.nn.Module), flow.nn.Linear):
+                    module_block.to(GraphModule).set_stage(0, dist.get_layer_placement(0))
+
+
+def libai_graph(model):
+    from libai.models.utils import GraphBase
+
+    main_arguments = {"global_mode": OmegaConf.create({"enabled": False})} if "global_mode" in inspect.signature(
+        GraphBase.__init__).parameters else {}  # what LiBai main's build_graph passes
+    return GraphBase(model, flow.optim.SGD(model.parameters(), lr=0.1), is_train=True, **main_arguments)
+
+
+@pytest.fixture
+def bare_proxies(monkeypatch, fresh_patches):
+    """OneFlow's proxies as shipped (no origin / config), whatever ran before in this process."""
+    from oneflow.nn.graph.proxy import ProxyModule, ProxyTensor
+
+    for owner in (ProxyModule, ProxyTensor):
+        for name in ("origin", "config"):
+            if name in owner.__dict__:
+                monkeypatch.delattr(owner, name)
+    yield
+    for owner in (ProxyModule, ProxyTensor):
+        for name in ("origin", "config"):
+            if name in owner.__dict__:
+                delattr(owner, name)
+
+
+def test_libai_graph_base_gets_the_proxy_api_it_reads_only_on_the_line_that_needs_it(bare_proxies, capsys):
+    from oneflow.nn.graph import GraphModule
+
+    from libai_ext.compat import graph_proxy_v0_1
+
+    needed = graph_proxy_v0_1.graph_base_needs_origin()
+    assert needed == (detect.libai_line() is libai_v0_1)
+    if needed:  # LiBai 0.1.1 as shipped: the bug (docs/upstream-bugs.md section 9)
+        with pytest.raises(AttributeError, match="has no attribute 'origin'"):
+            libai_graph(StagedModel())
+    assert graph_proxy_v0_1.apply() == needed
+    graph = libai_graph(StagedModel())  # LiBai's GraphBase calls the model's set_pipeline_stage_id
+    assert graph.model.linear.to(GraphModule).stage_id == 0
+    assert graph.model.linear.to(GraphModule).stage_placement == dist.get_layer_placement(0)  # with its placement
+    if needed:
+        assert graph.model.linear.origin is graph.model.linear.to(flow.nn.Module)
+        graph.model.linear.config.activation_checkpointing = True
+        assert graph.model.linear.to(GraphModule).activation_checkpointing
+        assert "deprecated" not in capsys.readouterr().out  # not 0.9.0's stage_id setter
+
+
+def test_a_modules_own_config_attribute_keeps_precedence(bare_proxies):
+    from oneflow.nn.graph.proxy import ProxyModule
+
+    from libai_ext.compat import graph_proxy_v0_1
+
+    graph_proxy_v0_1.apply(needed=True)
+    module = flow.nn.Linear(2, 2)
+    module.config = {"hidden": 2}
+    assert ProxyModule(module).config == {"hidden": 2}
+    assert isinstance(ProxyModule(flow.nn.Linear(2, 2)).config, graph_proxy_v0_1.LegacyGraphConfig)
+
+
 # --- the layout ---------------------------------------------------------------------------------
 
 def test_input_device_resolution():

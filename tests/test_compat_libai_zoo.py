@@ -1,4 +1,5 @@
-"""libai_ext.compat for LiBai's model zoo: the NLP API of each line, the CPU GeLU fusion, 0.1.1's Swin.
+"""libai_ext.compat for LiBai's model zoo: the NLP API of each line, the CPU GeLU fusion, 0.1.1's Swin,
+T5's special tokens.
 
 One process, no ranks.  Each decision is asserted against what the installed LiBai really has, and
 each repair against the failure of the stock code it replaces.
@@ -11,7 +12,7 @@ import oneflow as flow
 import pytest
 from omegaconf import DictConfig
 
-from libai_ext.compat import cpu_bias_gelu, detect, libai_main, nlp_api, patching, swin_v0_1
+from libai_ext.compat import cpu_bias_gelu, detect, libai_main, nlp_api, patching, special_tokens, swin_v0_1
 
 MAIN = detect.libai_line() is libai_main
 
@@ -58,6 +59,16 @@ def test_dataset_takes_name_seed_and_max_num_samples_only_where_the_line_does():
     assert ("name" in call and "seed" in call) == MAIN == ("name" in inspect.signature(GPT2Dataset).parameters)
     with pytest.raises(TypeError, match="max_seq_len"):
         nlp_api.dataset(GPT2Dataset, data_prefix="p", max_seq_len=8)
+
+
+def test_dataset_gives_t5s_masking_rate_the_installed_lines_name():
+    from libai.data.datasets import T5Dataset
+
+    call = nlp_api.dataset(T5Dataset, data_prefix="p", indexed_dataset=None, max_seq_length=8, max_seq_length_dec=4,
+                           masked_lm_prob=0.15, short_seq_prob=0.1, seed=1)
+    own, other = ("masked_lm_prob", "mask_lm_prob") if MAIN else ("mask_lm_prob", "masked_lm_prob")
+    assert call[own] == 0.15 and other not in call
+    assert own in inspect.signature(T5Dataset).parameters
 
 
 def test_train_val_test_loader_carries_the_key_mains_trainer_fills():
@@ -175,3 +186,106 @@ def test_libais_swin_builds_numbered_as_main_numbers_its_layers():
         ("PatchEmbed", 0), ("SwinTransformerBlock", 0), ("SwinTransformerBlock", 1), ("PatchMerging", 1),
         ("SwinTransformerBlock", 2), ("SwinTransformerBlock", 3), ("LayerNorm", -1), (type(model.head).__name__, -1)]
     # Training through it (forward and backward, 1 rank and pp2) is tests/test_libai_zoo_configs.py's.
+
+
+# --- special_tokens: T5's declared tokens, counted before the vocabulary is sized ------------------
+
+T5_SENTINELS = [f"<extra_id_{i}>" for i in range(100)]
+
+
+def t5_config(repo_root, text_root):
+    """LiBai's T5 tokenizer set-up (configs/libai_t5_cpu.py) over the session's text data."""
+    from libai.config import LazyConfig
+
+    cfg = LazyConfig.load(f"{repo_root}/configs/libai_t5_cpu.py")
+    return LazyConfig.apply_overrides(cfg, [f"text_data.root={text_root}"])
+
+
+def t5_dataset(cfg, tokenizer):
+    """LiBai's ``T5Dataset`` as the config builds it (main's loader builder fills ``max_num_samples``)."""
+    from libai.config import instantiate
+    from libai.data.datasets import T5Dataset
+    from omegaconf import OmegaConf
+
+    config = cfg.dataloader.train.dataset[0]
+    fields = {key: instantiate(config[key]) if OmegaConf.is_dict(config[key]) else config[key]
+              for key in config if key != "_target_"}
+    if "max_num_samples" in nlp_api.parameters(T5Dataset):
+        fields["max_num_samples"] = 64
+    return T5Dataset(tokenizer=tokenizer, **fields)
+
+
+def sized_tokenizer(cfg, build):
+    """``DefaultTrainer.build_tokenizer`` with LiBai's ``build_tokenizer`` as ``build``: the tokenizer and the
+    vocabulary size it gives the model."""
+    import libai.engine.default as default
+    from libai.engine import DefaultTrainer
+
+    installed = default.build_tokenizer
+    default.build_tokenizer = build
+    try:
+        tokenizer = DefaultTrainer.build_tokenizer(cfg)
+    finally:
+        default.build_tokenizer = installed
+    return tokenizer, cfg.model.cfg.vocab_size
+
+
+def stock_build_tokenizer():
+    import libai.tokenizer.build as build
+
+    return getattr(build.build_tokenizer, "libai_original", build.build_tokenizer)
+
+
+def test_stock_libai_loses_t5s_special_tokens(repo_root, libai_text_data):
+    """0.1.1: every one is [UNK]; main: added by T5Dataset after the size is fixed, past the embedding."""
+    cfg = t5_config(repo_root, libai_text_data)
+    tokenizer, vocab_size = sized_tokenizer(cfg, stock_build_tokenizer())
+    assert vocab_size == len(tokenizer) == 2048  # the vocabulary file alone
+    sample = t5_dataset(cfg, tokenizer)[0]
+    decoder_ids = sample.get("decoder_input_ids").tensor.numpy()
+    if MAIN:
+        assert len(tokenizer) == 2150 and tokenizer.bos_token_id == 2048  # added by the dataset
+        assert decoder_ids[0] == 2048 >= vocab_size  # the decoder starts on a row the embedding lacks
+    else:
+        unk = tokenizer.unk_token_id
+        assert tokenizer.bos_token_id == tokenizer.eos_token_id == unk
+        assert set(tokenizer.additional_special_tokens_ids) == {unk}
+        assert decoder_ids[0] == unk  # the decoder starts on [UNK], every masked span is [UNK]
+
+
+def test_the_repair_counts_t5s_tokens_before_the_size_is_fixed(repo_root, libai_text_data):
+    import libai_ext
+
+    libai_ext.apply_patches()
+    import libai.engine.default as default
+
+    assert getattr(default.build_tokenizer, "libai_original", None) is stock_build_tokenizer()
+    cfg = t5_config(repo_root, libai_text_data)
+    tokenizer, vocab_size = sized_tokenizer(cfg, default.build_tokenizer)
+    assert vocab_size == len(tokenizer) == 2150
+    # Declared order, as LiBai main's T5Dataset numbers them (never a hash-seed-dependent set order).
+    assert (tokenizer.bos_token_id, tokenizer.eos_token_id) == (2048, 2049)
+    assert tokenizer.additional_special_tokens_ids == list(range(2050, 2150))
+    dataset = t5_dataset(cfg, tokenizer)
+    assert len(tokenizer) == 2150  # main's own add_tokens adds nothing now
+    sentinels_seen = 0
+    for index in range(8):
+        sample = dataset[index]
+        encoder_ids = sample.get("encoder_input_ids").tensor.numpy()
+        decoder_ids = sample.get("decoder_input_ids").tensor.numpy()
+        assert max(encoder_ids.max(), decoder_ids.max()) < vocab_size, index
+        assert decoder_ids[0] == tokenizer.bos_token_id, index
+        sentinels_seen += int(np.isin(encoder_ids, tokenizer.additional_special_tokens_ids).sum())
+    assert sentinels_seen >= 8  # every sample's masked spans are marked by sentinels
+
+
+def test_tokenizers_that_hold_their_special_tokens_are_left_alone(libai_text_data):
+    from libai.tokenizer import BertTokenizer, GPT2Tokenizer
+
+    gpt2 = GPT2Tokenizer(f"{libai_text_data}/gpt2/vocab.json", f"{libai_text_data}/gpt2/merges.txt")
+    bert = BertTokenizer(f"{libai_text_data}/bert/vocab.txt", do_lower_case=True)
+    for tokenizer, size in ((gpt2, 1024), (bert, 2048)):
+        assert special_tokens.add_missing_special_tokens(tokenizer) == [] and len(tokenizer) == size
+    t5 = BertTokenizer(f"{libai_text_data}/bert/vocab.txt", bos_token="[BOS]", eos_token="[EOS]",
+                       additional_special_tokens=T5_SENTINELS)
+    assert special_tokens.missing_special_tokens(t5) == ["[BOS]", "[EOS]"] + T5_SENTINELS

@@ -10,12 +10,20 @@
   - every ``make <target>`` is a target of the Makefile; every shell script shown passes ``bash -n``;
 * every source file or folder of the repository shown (under ``configs/``, ``tools/``, ``benchmarks/``,
   ``tests/``, ``libai_ext/``) exists, and docs/testing.md's long-tier table names exactly the test files
-  with a ``long`` marker.
+  with a ``long`` marker;
+* docs/index.md links every other page, and docs/benchmarks.md is what ``benchmarks/make_benchmarks_page.py``
+  makes of ``benchmarks/results/`` (every results file carrying its title, command and host);
+* no page tells the project's history or process: no work session, "on the way", internal targets, dates
+  (CHANGELOG.md is the place for history, and is not checked);
+* the README: at most 150 lines, its sections in the order a LiBai user needs them, install, the one-line
+  change and the launch in its first 60 lines, the limits before line 120, none of the project's jargon, and
+  each figure it quotes in exactly one docs page.
 
 Quick: no OneFlow start-up except ``tools/make_text_data.py --help`` (that script imports it).
 """
 import contextlib
 import importlib
+import importlib.util
 import io
 import os
 import re
@@ -450,3 +458,164 @@ def test_the_long_tier_table_names_the_files_with_a_long_marker():
     rows = "\n".join(line for line in section.splitlines() if line.startswith("|"))
     assert marked, "no test file holds a long marker"
     assert set(re.findall(r"tests/test_\w+\.py", rows)) == marked
+
+
+# --- structure: the index, the generated measurements page --------------------------------------
+
+def test_the_index_links_every_page_and_the_readme_links_the_index():
+    index = os.path.join(ROOT, "docs", "index.md")
+    linked = {resolve(index, target)[0] for target in links(read(index)) if not is_external(target)}
+    missing = [relative(p) for p in doc_files()[1:] if p != index and p not in linked]
+    assert missing == [], "docs pages docs/index.md does not link"
+    readme = os.path.join(ROOT, "README.md")
+    assert index in {resolve(readme, t)[0] for t in links(read(readme)) if not is_external(t)}
+
+
+def make_benchmarks_page():
+    spec = importlib.util.spec_from_file_location("make_benchmarks_page",
+                                                  os.path.join(ROOT, "benchmarks", "make_benchmarks_page.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_measurements_page_is_generated_from_the_results():
+    page = make_benchmarks_page()
+    assert read(os.path.join(ROOT, "docs", "benchmarks.md")) == page.render(), \
+        "docs/benchmarks.md is out of date: run .venv/bin/python benchmarks/make_benchmarks_page.py"
+
+
+def test_a_results_file_without_its_metadata_is_named(tmp_path):
+    page = make_benchmarks_page()
+    results = tmp_path / "benchmarks" / "results"
+    results.mkdir(parents=True)
+    (results / "good.md").write_text("# A title\n\nCommand: `.venv/bin/python benchmarks/x.py --out y`\n"
+                                     "Host: vm, 2 CPU cores, load average 1.0, 2.0, 3.0 at the end; "
+                                     "2031-01-02 03:04 UTC\n\n## Inner\ntext\n| a |\n|---|\n")
+    text = page.render(str(tmp_path))
+    assert "### A title" in text and "#### Inner" in text and "text\n\n| a |" in text
+    assert "Host: vm, 2 CPU cores, load average 1.0, 2.0, 3.0 at the end." in text and "2031" not in text
+    assert "## Other measurements" in text  # a file no group names still gets its section
+    for bad, field in [("Command: `x`\nHost: h\n", "first line"), ("# T\n\nHost: h\n", "Command"),
+                       ("# T\n\nCommand: `x`\n", "Host")]:
+        (results / "bad.md").write_text(bad)
+        with pytest.raises(page.ResultsFileError, match=rf"bad\.md: .*{field}"):
+            page.render(str(tmp_path))
+
+
+# --- history and process words ------------------------------------------------------------------
+
+HISTORY = [
+    ("a work session", re.compile(r"\bsessions?\b", re.I)),
+    ("'on the way'", re.compile(r"\bon the way\b", re.I)),
+    # "stop" as a step of the work ("at this stop", "stop 3"), not the verb ("stop every rank", "all stop")
+    ("'stop' as a step of the work",
+     re.compile(r"\b(?:this|that|each|every|last|next|previous|per)\s+stop\b|\bstop\s+\d+\b", re.I)),
+    ("an internal target", re.compile(r"\b\d+(?:\.\d+)?\s*x\s+targets?\b|\b(?:above|below|under|over|meets?|met|"
+                                      r"miss(?:es|ed)?|beats?|reach(?:es|ed)?)\s+(?:the|its|our|a|an)\s+"
+                                      r"(?:\d+(?:\.\d+)?\s*x\s+)?targets?\b", re.I)),
+    ("a date", re.compile(r"\b(?:19|20)\d\d-[01]\d-[0-3]\d\b")),
+]
+DATED_HEADING = re.compile(r"\b(?:19|20)\d\d-[01]\d\b|\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*"
+                           r"\.?\s+(?:\d{1,2},?\s+)?(?:19|20)\d\d\b", re.I)
+
+
+def history_words(text):
+    """``["line N: what (the words)"]`` for every history or process word in ``text``'s prose (code is not
+    prose: a log line may say "Stop.")."""
+    found = []
+    body = prose(text)
+    for number, line in enumerate(body.splitlines(), 1):
+        for what, pattern in HISTORY:
+            found += [f"line {number}: {what} ({m.group(0)!r})" for m in pattern.finditer(line)]
+        if HEADING.match(line) and DATED_HEADING.search(line):
+            found.append(f"line {number}: a dated heading ({line.strip()!r})")
+    return found
+
+
+def test_no_page_tells_the_projects_history():
+    """README.md and docs/*.md describe the software as it is; history goes to CHANGELOG.md."""
+    found = {relative(page): history_words(read(page)) for page in doc_files()}
+    assert {page: words for page, words in found.items() if words} == {}
+
+
+def test_the_history_check_finds_history_and_passes_plain_text():
+    history = ["Measured in this session.", "## Measurements on the way", "At this stop we measured it.",
+               "See stop 12.", "1.24x the fast path, above the 1.10x target.", "The medians meet the targets.",
+               "Measured 2026-12-01 on 2 cores.", "## 2026-12-02 (later): rotated order", "### Results, March 2026"]
+    assert all(history_words(text) for text in history), [t for t in history if not history_words(t)]
+    plain = ["A bad batch stops every rank.", "Stop that run, or give this one another folder.",
+             "The ranks agree whether to stop; all stop after the same step.", "Every `make` target exists.",
+             "The label is the correct target of the loss.", "`make: *** No targets specified.  Stop.`",
+             "## 16. `train.load_weight` is ignored", "A vocabulary of 2048 symbols, 1,500 iterations.",
+             "```\nsession = 1  # code is not prose\n```"]
+    assert [t for t in plain if history_words(t)] == []
+
+
+# --- the README ---------------------------------------------------------------------------------
+
+README_MAX_LINES = 150
+# What a reader new to the project must find, and the last line it may start on.
+README_LANDMARKS = {
+    "the install section": (re.compile(r"^## Install\b", re.M), 60),
+    "the one-line change": (re.compile(r'^train\.trainer = "libai_ext\.ConsistentBatchTrainer"', re.M), 60),
+    "the launch": (re.compile(r"^python -m oneflow\.distributed\.launch --nproc_per_node \d+ ", re.M), 60),
+    "the limits": (re.compile(r"^## Limits\b", re.M), 119),
+}
+# The README's sections, in the order a LiBai user needs them (words each heading holds).
+README_SECTIONS = ["fixes", "adds on each LiBai line", "Install", "one line", "test", "guarantees", "Limits"]
+README_JARGON = re.compile(r"\bthis project\b|\bquick tier\b|\bfault matrix\b|\bS\(0\)|\bC loop\b|\bSM count\b",
+                           re.I)
+# A figure: a decimal number (6.4e-7, 1.035, 10.4); versions and addresses (0.1.1, 10.0.0.1) and the versions
+# named after a package or a licence (Python 3.10, Apache-2.0) are not figures.
+FIGURE = re.compile(r"(?<![\w.])(\d+\.\d+(?:e-?\d+)?)(?![\w.]*\d)")
+VERSION_OF = re.compile(r"(?:Python|OneFlow|LiBai|numpy|pip)\s*[<>=]*\s*$|Apache-$", re.I)
+
+
+def line_of(pattern, text):
+    match = pattern.search(text)
+    return text.count("\n", 0, match.start()) + 1 if match else None
+
+
+def readme_problems(text):
+    """What keeps ``text`` from being the README a LiBai user needs: length, landmarks, section order, jargon."""
+    problems = []
+    if text.count("\n") > README_MAX_LINES:
+        problems.append(f"{text.count(chr(10))} lines, more than {README_MAX_LINES}")
+    for what, (pattern, last) in README_LANDMARKS.items():
+        line = line_of(pattern, text)
+        if line is None or line > last:
+            problems.append(f"{what} at line {line}, not by line {last}")
+    headings = re.findall(r"^## (.*)$", FENCE.sub("", text), re.M)
+    where = [next((i for i, h in enumerate(headings) if words in h), None) for words in README_SECTIONS]
+    if None in where or where != sorted(where):
+        problems.append(f"sections out of order or missing: {list(zip(README_SECTIONS, where))}")
+    problems += [f"jargon: {word!r}" for word in README_JARGON.findall(prose(text))]
+    return problems
+
+
+def test_the_readme_gives_a_libai_user_what_they_need_first():
+    assert readme_problems(read(os.path.join(ROOT, "README.md"))) == []
+
+
+def test_the_readme_check_finds_a_late_launch_a_missing_section_and_jargon():
+    text = read(os.path.join(ROOT, "README.md"))
+    late = text.replace("## What it fixes\n", "## What it fixes\n" + "\n" * 12, 1)
+    assert [p for p in readme_problems(late) if p.startswith(("the launch", "the one-line change"))] != []
+    assert any("out of order" in p for p in readme_problems(text.replace("## Limits", "## Caveats")))
+    assert readme_problems(text + "\nMeasured on this project's quick tier.\n")[-2:] == \
+        ["jargon: 'this project'", "jargon: 'quick tier'"]
+
+
+def readme_figures():
+    text = prose(read(os.path.join(ROOT, "README.md")))
+    return sorted({m.group(1) for m in FIGURE.finditer(text) if not VERSION_OF.search(text[:m.start()][-12:])})
+
+
+def test_every_figure_of_the_readme_lives_in_exactly_one_docs_page():
+    figures = readme_figures()
+    assert figures, "no figure found in README.md"
+    pages = {relative(p): prose(read(p)) for p in doc_files()[1:]}
+    homes = {f: sorted(name for name, text in pages.items()
+                       if re.search(rf"(?<![\w.]){re.escape(f)}(?![\w.]*\d)", text)) for f in figures}
+    assert {f: where for f, where in homes.items() if len(where) != 1} == {}

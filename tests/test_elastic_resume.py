@@ -5,7 +5,7 @@
 augmentation is keyed by (seed, epoch, sample) and mixup by (seed, step); every rank takes rank
 0's python/numpy/OneFlow streams for whatever user code still draws from them).  The global batch
 is 32 on every layout (16 per data-parallel rank).  Real digits, random crop, mixup/cutmix, dropout, attention
-dropout and drop-path on (configs/swin_digits_cpu.py).  The uninterrupted run and the
+dropout and drop-path on (configs/demo_swin_digits_cpu.py).  The uninterrupted run and the
 resumed one are compared iteration by iteration after the checkpoint.
 
 Stock LiBai cannot do this: it saves no random state, so the ranks of the new layout resume
@@ -28,7 +28,7 @@ PLUGIN, STOCK = "libai_ext.ConsistentBatchTrainer", "libai.engine.DefaultTrainer
 
 def train(repo_root, output, data, layout, trainer, *flags):
     dp, tp, pp = LAYOUTS[layout]
-    args = ["--config-file", os.path.join(repo_root, "configs", "swin_digits_cpu.py"), *flags, *STOCHASTIC,
+    args = ["--config-file", os.path.join(repo_root, "configs", "demo_swin_digits_cpu.py"), *flags, *STOCHASTIC,
             f"train.trainer={trainer}", f"train.output_dir={output}", f"dataloader.train.dataset.0.root.root={data}",
             f"train.train_iter={2 * K}", f"train.checkpointer.period={K}", "train.evaluation.enabled=False",
             "train.log_period=1", f"train.dist.data_parallel_size={dp}", f"train.dist.tensor_parallel_size={tp}",

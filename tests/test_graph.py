@@ -126,38 +126,66 @@ def test_graph_gradient_accumulation_matches_eager_micro_batches(parity):
 
 # --- e. dropout and drop-path in a train graph: a new mask every step, the eager one --------
 
+MASK_MODES = ["eager", "graph_resumed", "libai_graph", "user_graph", "stock_eager", "stock_graph",
+              "user_graph_traces", "unkeyed"]
+
+
 @pytest.fixture(scope="module")
 def graph_masks(tmp_path_factory):
     """Outputs of 4 steps per mode (rank_scripts/graph_masks.py), pp2, gradient accumulation 2."""
     result = launch(rank_script("graph_masks.py"), 2, ["--pp", 2, "--accs", 2], timeout=LAUNCH_TIMEOUT,
                     workdir=str(tmp_path_factory.mktemp("graph-masks")))
-    by_rank = records_of_every_rank(result, count=3)  # eager, graph_resumed, plain_graph
-    return {rank: {r["mode"]: r["outputs"] for r in records} for rank, records in by_rank.items()}
+    by_rank = records_of_every_rank(result, count=len(MASK_MODES))
+    modes = {rank: {r["mode"]: r["outputs"] for r in records} for rank, records in by_rank.items()}
+    for rank, recorded in modes.items():
+        assert sorted(recorded) == sorted(MASK_MODES), f"rank {rank}: {sorted(recorded)}"
+    return modes
 
 
 def distinct_steps(outputs):
     return len({np.array(step).tobytes() for step in outputs})
 
 
-@pytest.mark.long
-def test_plain_graph_repeats_one_mask_every_step(graph_masks):
-    """What every graph did before GraphBase fed the counters: the test can see the bug."""
+def assert_eager_masks(graph_masks, mode):
+    checked = 0
     for rank, modes in graph_masks.items():
-        assert len(modes["eager"]) == len(modes["plain_graph"]) == 4
+        assert len(modes[mode]) == len(modes["eager"]) == 4
         assert distinct_steps(modes["eager"]) == 4, f"rank {rank}: eager steps repeat"
-        assert distinct_steps(modes["plain_graph"]) == 1, f"rank {rank}: a frozen counter drew new masks"
+        for step, (graph, eager) in enumerate(zip(modes[mode], modes["eager"])):
+            assert graph == eager, f"rank {rank}, {mode}, step {step}: not the eager masks"
+            checked += 1
+    assert checked == 8
 
 
 def test_graph_steps_draw_the_eager_masks_and_resume_exactly(graph_masks):
     """Each GraphBase step (two micro-batches, masks on both stages) equals the eager step exactly:
     steps 0-1 from the start, steps 2-3 after a state dict round trip into a fresh model and graph."""
-    checked = 0
+    assert_eager_masks(graph_masks, "graph_resumed")
+
+
+@pytest.mark.parametrize("mode", ["libai_graph", "user_graph"])
+def test_libai_graph_base_and_a_user_subclass_draw_the_eager_masks(graph_masks, mode):
+    """LiBai's own GraphBase (as LiBai's graph configs name it) and a user's subclass of it with a
+    build of its own, given the step by feed_step as ConsistentBatchTrainer does."""
+    assert_eager_masks(graph_masks, mode)
+    if mode == "user_graph":
+        assert all(modes["user_graph_traces"] == 1 for modes in graph_masks.values()), "the user's build did not run"
+
+
+def test_stock_libai_graph_draws_a_new_mask_every_step_but_not_eagers(graph_masks):
+    """What stock LiBai's graph does with OneFlow's nn.Dropout: new masks each step, other than eager's."""
     for rank, modes in graph_masks.items():
-        assert len(modes["graph_resumed"]) == 4
-        for step, (graph, eager) in enumerate(zip(modes["graph_resumed"], modes["eager"])):
-            assert graph == eager, f"rank {rank}, step {step}: not the eager masks"
-            checked += 1
-    assert checked == 8
+        assert len(modes["stock_graph"]) == len(modes["stock_eager"]) == 4
+        assert distinct_steps(modes["stock_graph"]) == 4, f"rank {rank}: stock's graph repeated a mask"
+        assert modes["stock_graph"] != modes["stock_eager"], f"rank {rank}: stock's graph drew eager's masks"
+
+
+def test_a_graph_that_gives_no_step_fails_naming_the_layer(graph_masks):
+    """A frozen mask is impossible: tracing libai_ext's layers in a bare nn.Graph is refused by name."""
+    for rank, modes in graph_masks.items():
+        message = modes["unkeyed"]
+        assert message is not None, f"rank {rank}: a bare nn.Graph traced libai_ext's Dropout without error"
+        assert "Dropout 'drop0'" in message and "libai_ext.feed_step(graph)" in message, message
 
 
 # --- c. tools/train_net.py in graph mode, and the refusals ----------------------------------

@@ -1,6 +1,6 @@
-"""The parallel layout does not change the training (configs/swin_digits_cpu.py).
+"""The parallel layout does not change the training (configs/demo_swin_digits_cpu.py).
 
-configs/swin_digits_cpu.py from the seed alone (no shared checkpoint), real digits, random crop,
+configs/demo_swin_digits_cpu.py from the seed alone (no shared checkpoint), real digits, random crop,
 mixup/cutmix, label smoothing, dropout 0.1, attention dropout 0.1 and drop-path 0.2, the same
 global batch of 32 on every layout (dp2: 16 per rank), ``train.randomness="layout_invariant"``.
 Per-iteration raw loss against 1 rank (tools/check_equivalence.py):
@@ -10,7 +10,7 @@ Per-iteration raw loss against 1 rank (tools/check_equivalence.py):
   another order).
 
 ``train.seed_scope=rank`` gives every rank its own python/numpy/OneFlow stream: nothing the
-training draws may depend on them.  The 50-iteration figures are in docs/layout_invariance.md.
+training draws may depend on them.  The 50-iteration figures are in docs/benchmarks.md (Equivalence).
 tests/test_check_equivalence.py shows stock LiBai failing the same comparison.
 """
 import os
@@ -33,12 +33,12 @@ STOCHASTIC = ["model.drop_rate=0.1", "model.attn_drop_rate=0.1", "model.drop_pat
 def table(tmp_path_factory):
     """``{layout: (max relative difference, first iteration above 1e-4)}`` from one tool run."""
     work = tmp_path_factory.mktemp("layouts")
-    argv = ["--config-file", os.path.join(ROOT, "configs", "swin_digits_cpu.py"),
+    argv = ["--config-file", os.path.join(ROOT, "configs", "demo_swin_digits_cpu.py"),
             "--layouts", "1", *WITHOUT_DP, *WITH_DP, "--iters", str(ITERS), "--rtol", str(DATA_PARALLEL_RTOL),
             "--timeout", "600", "--workdir", str(work / "runs"), "train.seed_scope=rank",
             f"dataloader.train.dataset.0.root.root={work / 'digits'}", *STOCHASTIC]
-    status, tables, text = check_equivalence(argv, ["swin_digits_cpu"], WITHOUT_DP + WITH_DP)
-    return status, {layout: (float(cells[1]), cells[2]) for layout, cells in tables["swin_digits_cpu"].items()}, text
+    status, tables, text = check_equivalence(argv, ["demo_swin_digits_cpu"], WITHOUT_DP + WITH_DP)
+    return status, {layout: (float(cells[1]), cells[2]) for layout, cells in tables["demo_swin_digits_cpu"].items()}, text
 
 
 @pytest.mark.parametrize("layout", WITHOUT_DP)

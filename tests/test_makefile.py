@@ -1,5 +1,10 @@
-"""`make setup` explains what is missing instead of failing obscurely."""
+"""The Makefile: `make setup` explains what is missing instead of failing obscurely, pins LiBai main by
+commit, and names no target it lacks."""
+import os
+import re
+import shutil
 import subprocess
+import tarfile
 
 
 def test_setup_without_python310_says_what_to_install(repo_root, tmp_path):
@@ -22,3 +27,39 @@ def test_demo_runs_to_the_end_and_prints_accuracy(repo_root, tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "ConsistentBatchTrainer: " in out.stdout and "final evaluation {'Acc@1':" in out.stdout
+
+
+LIBAI_MAIN_GIT = "git+https://github.com/Oneflow-Inc/libai.git@9dcbe3b281c98ba9a3bd192495bef42570095336"
+
+
+def make_variable(folder, name, *args):
+    """The value ``make`` gives ``name`` in ``folder``'s Makefile (with ``args``)."""
+    out = subprocess.run(["make", "--no-print-directory", "-C", str(folder), "--eval", "print-%: ; @echo $($*)",
+                          f"print-{name}", *args], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_libai_main_is_pinned_by_commit_and_an_archive_is_used_only_when_given(repo_root, tmp_path):
+    """A checkout without a LiBai main archive beside it (a user's) installs LiBai main from its git URL at
+    the tested commit; one is used when given, or where this project's CI keeps one (offline)."""
+    shutil.copy(os.path.join(repo_root, "Makefile"), tmp_path)  # a checkout with nothing beside it
+    assert make_variable(tmp_path, "LIBAI", "VENV=.venv-libai-main") == LIBAI_MAIN_GIT
+    assert make_variable(tmp_path, "LIBAI", "VENV=.venv-libai-main", "LIBAI_MAIN_ARCHIVE=/x/libai.tar.gz") == \
+        "/x/libai.tar.gz"
+    assert make_variable(tmp_path, "LIBAI") == "libai==0.1.1"
+    vendored = os.path.join(repo_root, "..", "shared", "vendor", "libai-main-9dcbe3b.tar.gz")
+    if os.path.isfile(vendored):  # CI's copy of shared/ beside the clone: no network needed
+        assert make_variable(repo_root, "LIBAI", "VENV=.venv-libai-main") == os.path.relpath(vendored, repo_root)
+        with tarfile.open(vendored) as archive:  # the archive is that commit (git archive records it)
+            assert archive.pax_headers.get("comment") == LIBAI_MAIN_GIT.rpartition("@")[2]
+
+
+def test_every_phony_target_has_a_rule(repo_root):
+    with open(os.path.join(repo_root, "Makefile")) as f:
+        text = f.read()
+    phony = {name for line in re.findall(r"^\.PHONY:(.*)$", text, re.M) for name in line.split()}
+    rules = {name for names in re.findall(r"^([A-Za-z0-9_.-][A-Za-z0-9_. -]*?)\s*:(?!=)", text, re.M)
+             for name in names.split()}
+    assert {"setup", "demo", "test", "test-all", "test-libai-main"} <= phony
+    assert phony - rules == set()

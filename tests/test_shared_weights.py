@@ -4,8 +4,8 @@ Stock LiBai's random initial weights depend on the layout (OneFlow's global rand
 between 1 rank and tp2; tests/test_param_init.py covers the plugin's seeded init), so layouts are
 compared from one shared set of initial weights.  Stock
 LiBai 0.1.1 ignores ``train.load_weight`` unless ``--resume`` is given: each layout then
-trains from its own random init and tp2 differs from 1 rank from iteration 0 (the
-"tp2 divergence" of docs/layout_invariance.md).  Augmentation, mixup/cutmix, dropout, attention dropout and
+trains from its own random init and tp2 differs from 1 rank from iteration 0 (see
+docs/upstream-bugs.md §16).  Augmentation, mixup/cutmix, dropout, attention dropout and
 drop-path are on; the data are the real digits through LiBai's loader.
 """
 import os
@@ -21,7 +21,7 @@ RTOL = 1e-5
 
 
 def train_net(repo_root, tmp, nproc, name, *args):
-    argv = ["--config-file", os.path.join(repo_root, "configs", "swin_digits_cpu.py"), *args,
+    argv = ["--config-file", os.path.join(repo_root, "configs", "demo_swin_digits_cpu.py"), *args,
             f"dataloader.train.dataset.0.root.root={tmp}/data", f"train.output_dir={tmp}/{name}",
             "train.evaluation.enabled=False", "train.log_period=1"]
     launch(os.path.join(repo_root, "tools", "train_net.py"), nproc, argv, timeout=400,

@@ -1,11 +1,12 @@
 """libai_ext.data.text_data and its parts: the corpus, our tokenizer training, and the indexed datasets
 that LiBai's own preprocess tool builds, read back by the installed LiBai's own tokenizers and readers.
 
-One build per session (``libai_text_data`` in conftest: about half a minute, LiBai's tool runs twice);
+One build per session (``libai_text_data`` in conftest: about half a minute, LiBai's tool runs three times);
 everything else runs in this process.
 """
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -165,6 +166,39 @@ def test_bert_indexed_dataset_holds_sentences_grouped_into_their_documents(libai
         assert dataset[s].tolist() == bert_tokenizer.encode(row["text"]), f"sentence {s}"
 
 
+def test_roberta_files_are_the_bpe_in_robertas_layout(libai_text_data, gpt2_tokenizer):
+    with open(path(libai_text_data, "roberta_vocab"), encoding="utf-8") as f:
+        vocab = json.load(f)
+    # <s> <pad> </s> <unk> first (LiBai's RoBERTa pads with id 1), <mask> last, every BPE symbol but
+    # GPT-2's <|endoftext|> in between, in GPT-2's order: 1028 tokens, no padding up to tp4.
+    assert [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])][:4] == ["<s>", "<pad>", "</s>", "<unk>"]
+    assert sorted(vocab.values()) == list(range(1028)) and vocab["<mask>"] == 1027
+    gpt2 = gpt2_tokenizer.get_vocab()
+    assert all(vocab[t] == i + 4 for t, i in gpt2.items() if t != tokenizer_training.END_OF_TEXT)
+    with open(path(libai_text_data, "roberta_merges"), encoding="utf-8") as f, \
+            open(path(libai_text_data, "gpt2_merges"), encoding="utf-8") as g:
+        assert f.read() == g.read()
+
+
+def test_roberta_indexed_dataset_holds_what_libais_roberta_tokenizer_encodes(libai_text_data):
+    """Built with GPT2Tokenizer over RoBERTa's files (0.1.1 has no RobertaTokenizer): on LiBai main,
+    RobertaTokenizer itself encodes every sentence to the same ids."""
+    import libai.tokenizer
+    from libai.data.data_utils import get_indexed_dataset
+
+    dataset = get_indexed_dataset(path(libai_text_data, "roberta_prefix"), "mmap", True)
+    rows = read_lines(libai_text_data, "sentences")
+    assert len(dataset) == len(rows)
+    assert list(dataset.doc_idx) == [0] + np.cumsum(np.bincount([row["document"] for row in rows])).tolist()
+    roberta = hasattr(libai.tokenizer, "RobertaTokenizer")
+    tokenizer_class = libai.tokenizer.RobertaTokenizer if roberta else libai.tokenizer.GPT2Tokenizer
+    tokenizer = tokenizer_class(path(libai_text_data, "roberta_vocab"), path(libai_text_data, "roberta_merges"))
+    for s, row in enumerate(rows):
+        assert dataset[s].tolist() == tokenizer.encode(row["text"]), f"sentence {s}"
+    if roberta:
+        assert (tokenizer.pad_token_id, tokenizer.mask_token_id, len(tokenizer)) == (1, 1027, 1028)
+
+
 # --- building: once, never over something else ----------------------------------------------------
 
 def test_a_built_folder_is_not_rebuilt_and_other_settings_are_refused(libai_text_data):
@@ -188,6 +222,17 @@ def test_a_foreign_folder_or_a_missing_libai_source_is_a_clear_error(tmp_path, m
         ensure_text_data(str(tmp_path / "empty"))
     with pytest.raises(KeyError, match="known"):
         text_data.text_data_file(str(tmp_path), "gpt3_vocab")
+
+
+def test_a_folder_built_without_a_file_says_so(libai_text_data, tmp_path):
+    """A folder an older libai_ext built (its manifest lists fewer files) is named, not half-read."""
+    older = tmp_path / "older"
+    shutil.copytree(libai_text_data, older)
+    manifest = read_manifest(str(older))
+    del manifest["files"]["roberta_vocab"]
+    (older / text_data.MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(TextDataError, match="built without roberta/vocab.json"):
+        text_data.text_data_file(str(older), "roberta_vocab")
 
 
 def test_make_text_data_tool_reports_a_built_folder(repo_root, libai_text_data, capsys):

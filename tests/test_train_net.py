@@ -33,6 +33,7 @@ def test_trainer_swap_runs_and_writes_metrics(repo_root, tmp_path, name):
     with open(output / "run_info.json") as f:
         info = json.load(f)
     assert info["trainer"].rsplit(".", 1)[1] == TRAINERS[name].rsplit(".", 1)[1]
+    assert ("stock" in info) == (name == "stock")  # what "stock" means: LiBai's trainer through this train_net
     assert "Acc@1" in json.dumps(info["final_eval"])
     lines = (output / "metrics.json").read_text().splitlines()
     iterations = [json.loads(line)["iteration"] for line in lines]

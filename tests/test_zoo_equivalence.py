@@ -1,33 +1,37 @@
 """LiBai's own models follow one trajectory on every layout, from the seed alone, every dropout on.
 
-``tools/check_equivalence.py`` trains LiBai's GPT-2 (``GPTForPreTraining`` on LiBai's
-``GPT2Dataset``, an indexed dataset LiBai's preprocess tool built from real text), BERT
-(``BertForPreTraining`` on LiBai's ``BertDataset``), ViT and Swin (on the digits: random crop,
-mixup, label smoothing) with ``ConsistentBatchTrainer``, all four configs in one launch per
-layout, and compares each layout's per-iteration raw loss with 1 rank's:
+``tools/check_equivalence.py`` trains LiBai's whole model zoo with ``ConsistentBatchTrainer``:
+GPT-2 (``GPTForPreTraining`` on LiBai's ``GPT2Dataset``, an indexed dataset LiBai's preprocess tool
+built from real text), BERT (``BertForPreTraining`` on ``BertDataset``), T5 (``T5ForPreTraining`` on
+``T5Dataset``, with its special tokens), ViT and Swin (on the digits: random crop, mixup, label
+smoothing), and on LiBai main also RoBERTa (``RobertaForPreTraining`` on ``RobertaDataset``), SwinV2
+and ResMLP (drop-path: LiBai's ResMLP ignores ``drop_rate``).  All the installed line's configs run
+in one launch per layout, and each layout's per-iteration raw loss is compared with 1 rank's:
 
 * no data parallelism (pp2, tp2, tp2 x pp2): within 1e-5;
 * data parallelism, one global batch (dp2, dp2 x pp2, (2, 2, 2)): within 1e-4 (their all-reduces
   add in another order).
 
 ``make test`` runs two of the layouts for 2 iterations; the long tier runs all six for 3, and
-stock LiBai's GPT-2 and BERT, which the tool flags: its initial weights depend on the layout and
-its sampler gives data-parallel ranks other samples (stock has no CPU kernel for the fused
-dropouts, which libai_ext routes: its text models run with the fusions off here, and its Swin,
-which hard-codes them, cannot run on CPU).  The 20-iteration tables are in
+stock LiBai's text models, which the tool flags: its initial weights depend on the
+layout and its sampler gives data-parallel ranks other samples (stock has no CPU kernel for the
+fused dropouts, which libai_ext routes: its text models run with the fusions off here, and its
+Swin and SwinV2, which hard-code them, cannot run on CPU).  The 20-iteration tables are in
 docs/zoo_equivalence.md.
 """
 import os
 
 import pytest
 
-from conftest import ROOT, check_equivalence, load_tool
+from conftest import ROOT, ZOO_TEXT, check_equivalence, load_tool, zoo_configs
 
 EXACT_RTOL, DATA_PARALLEL_RTOL = 1e-5, 1e-4
 WITHOUT_DP = ["pp2", "tp2", "tp2xpp2"]
 WITH_DP = ["dp2", "dp2xpp2", "dp2xtp2xpp2"]
 QUICK = ["tp2", "dp2xpp2"]
-CONFIGS = ["libai_gpt2_cpu", "libai_bert_cpu", "libai_vit_digits_cpu", "libai_swin_digits_cpu"]
+CONFIGS = zoo_configs()
+# Stock LiBai's text models, run with their fusions off (no CPU kernel).
+STOCK_TEXT = [name for name in CONFIGS if name in ZOO_TEXT]
 tool = load_tool("check_equivalence")
 
 
@@ -81,11 +85,11 @@ def test_every_layout_follows_one_rank(matrix, config, layout):
 
 @pytest.mark.long
 def test_the_tool_flags_stock_libai_on_the_text_models(tmp_path):
-    text_models = ["libai_gpt2_cpu", "libai_bert_cpu"]
+    """One launch per layout; the vision models' stock tables (ViT, ResMLP) are in docs/zoo_equivalence.md."""
     status, tables, text = run_tool(tmp_path, ["tp2", "dp2"], 2, "train.trainer=libai.engine.DefaultTrainer",
                                     "model.cfg.bias_dropout_fusion=False", "model.cfg.scale_mask_softmax_fusion=False",
-                                    configs=text_models)
+                                    configs=STOCK_TEXT)
     assert status == tool.EXIT_DIFFER, text
-    for config in text_models:
+    for config in STOCK_TEXT:
         for layout in ("tp2", "dp2"):
             assert tables[config][layout] > tolerance(layout), (config, layout, text)

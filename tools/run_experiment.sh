@@ -8,13 +8,16 @@
 # seed_scope=rank gives every rank its own reproducible numpy stream: what stock LiBai 0.1.1 has
 # (it never seeds), minus the irreproducibility. See docs/experiment.md.
 #
-#   tools/run_experiment.sh            # all runs, then docs/experiment.png + docs/experiment_table.md
-#   tools/run_experiment.sh single     # only the named runs (no plot)
+# Everything goes under output/experiment/ (the runs, their logs, experiment.md and experiment.png);
+# UPDATE_DOCS=1 also replaces the tracked docs/experiment.png, on purpose.
+#   tools/run_experiment.sh                  # all runs, then output/experiment/experiment.{md,png}
+#   tools/run_experiment.sh single           # only the named runs (no plot)
+#   UPDATE_DOCS=1 tools/run_experiment.sh    # ...and the plot of docs/experiment.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 OUT=output/experiment
-COMMON=(--config-file configs/swin_digits_cpu.py train.seed=1234 train.train_iter=1500
+COMMON=(--config-file configs/demo_swin_digits_cpu.py train.seed=1234 train.train_iter=1500
         train.evaluation.eval_period=100 train.log_period=10)
 STOCK=train.trainer=libai.engine.DefaultTrainer
 FIXED=train.trainer=libai_ext.ConsistentBatchTrainer
@@ -42,10 +45,11 @@ wanted pp2-fixed && run pp2-fixed 2 "$PP2" "$FIXED" train.seed_scope=rank
 wanted pp2-stock-globalseed && run pp2-stock-globalseed 2 "$PP2" "$STOCK" train.seed_scope=global
 
 if [ $# -eq 0 ]; then
-    "$PY" tools/compare_runs.py --out docs/experiment_table \
+    "$PY" tools/compare_runs.py --out "$OUT/experiment" \
         --title "Swin on digits, CPU: 1 rank vs 2-stage pipeline (mixup on, seed 1234, 1500 iterations)" \
         --runs single="$OUT/single" pp2-stock="$OUT/pp2-stock" pp2-fixed="$OUT/pp2-fixed" \
                pp2-stock-globalseed="$OUT/pp2-stock-globalseed"
-    mv docs/experiment_table.png docs/experiment.png  # compare_runs names both files after --out
-    sed -i 's/(experiment_table.png)/(experiment.png)/' docs/experiment_table.md
+    if [ "${UPDATE_DOCS:-0}" = 1 ]; then
+        cp "$OUT/experiment.png" docs/experiment.png  # the tracked plot of docs/experiment.md, replaced on purpose
+    fi
 fi

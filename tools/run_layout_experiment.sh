@@ -5,18 +5,20 @@
 #   1 rank, pp2, tp2 x pp2, (dp, tp, pp) = (2, 2, 2)
 # once with libai_ext.ConsistentBatchTrainer (train.randomness=layout_invariant, the default) and once
 # with stock LiBai (libai.engine.DefaultTrainer, train.seed_scope=rank: each rank its own stream, as
-# stock LiBai's unseeded ranks have).  Then docs/layout_experiment{,_stock}.{png,md}: loss and top-1
-# curves overlaid, and each layout's largest relative raw-loss difference from its 1-rank run.
+# stock LiBai's unseeded ranks have).  Then output/layout_experiment/{plugin,stock}.{png,md}: loss and top-1
+# curves overlaid, and each layout's largest relative raw-loss difference from its 1-rank run. Everything goes
+# under output/layout_experiment/; UPDATE_DOCS=1 also replaces the tracked plots of docs/layout_invariance.md
+# (docs/layout_experiment.png, docs/layout_experiment_stock.png), on purpose.
 #
 #   tools/run_layout_experiment.sh                # ITERS=300 by default
-#   ITERS=50 EVAL=25 tools/run_layout_experiment.sh
+#   ITERS=120 EVAL=30 tools/run_layout_experiment.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 OUT=output/layout_experiment
 ITERS=${ITERS:-300}
 EVAL=${EVAL:-50}
-COMMON=(--config-file configs/swin_digits_cpu.py train.seed=1234 train.train_iter="$ITERS"
+COMMON=(--config-file configs/demo_swin_digits_cpu.py train.seed=1234 train.train_iter="$ITERS"
         train.evaluation.eval_period="$EVAL" train.log_period=10
         model.drop_rate=0.1 model.attn_drop_rate=0.1 model.drop_path_rate=0.2)
 PLUGIN=(train.trainer=libai_ext.ConsistentBatchTrainer)
@@ -49,8 +51,10 @@ for layout in "${ORDER[@]}"; do
 done
 
 for kind in plugin stock; do
-    suffix=$([ "$kind" = plugin ] && echo "" || echo "_stock")
-    "$PY" tools/compare_runs.py --out "docs/layout_experiment$suffix" --reference 1 \
+    "$PY" tools/compare_runs.py --out "$OUT/$kind" --reference 1 \
         --title "$kind: Swin on digits from seed 1234, $ITERS iterations, global batch 32" \
         --runs $(for layout in "${ORDER[@]}"; do echo "$layout=$OUT/$kind-$layout"; done)
+    if [ "${UPDATE_DOCS:-0}" = 1 ]; then  # the tracked plots of docs/layout_invariance.md, replaced on purpose
+        cp "$OUT/$kind.png" "docs/layout_experiment$([ "$kind" = plugin ] || echo _stock).png"
+    fi
 done

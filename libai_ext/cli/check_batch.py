@@ -8,7 +8,7 @@ largest absolute difference.  No training step runs.
 """
 import sys
 
-from .common import ToolParser, epilog
+from .common import STOCK_MEANING, ToolParser, epilog, is_stock, require_files
 
 DESCRIPTION = """\
 Check that the ranks which must agree on a training batch do, for a config's data pipeline,
@@ -33,7 +33,7 @@ EXAMPLES = (
     "",
     "# dp2 x pp2 with ConsistentBatchTrainer, 5 batches (from a checkout: tools/check_batch.py)",
     "python -m oneflow.distributed.launch --nproc_per_node 4 tools/check_batch.py \\",
-    "    --config-file configs/swin_digits_cpu.py --num-batches 5 \\",
+    "    --config-file configs/demo_swin_digits_cpu.py --num-batches 5 \\",
     "    train.dist.data_parallel_size=2 train.dist.pipeline_parallel_size=2",
 )
 
@@ -51,6 +51,7 @@ def build_parser():
 def parse_args(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
+    require_files(parser, "--config-file", args.config_file)
     if args.num_batches < 1:
         parser.error("--num-batches must be at least 1")
     args.resume, args.eval_only = False, False  # what LiBai's default_setup reads
@@ -98,8 +99,10 @@ def check(cfg, trainer_cls, num_batches):
     return report
 
 
-def print_report(report, trainer_name, num_batches, world_size):
-    print(f"\nbatch check: {trainer_name}, {num_batches} batches, world size {world_size}")
+def print_report(report, trainer_cls, num_batches, world_size):
+    print(f"\nbatch check: {trainer_cls.__name__}, {num_batches} batches, world size {world_size}")
+    if is_stock(trainer_cls):
+        print(f"({STOCK_MEANING})")
     print(f"{'field':<12} {'placement_idx':>13}  {'result':<9} {'disagreeing ranks':<20} {'max abs diff':>12}")
     for name, row in report.items():
         verdict = "disagree" if row["bad"] else "agree"
@@ -124,7 +127,7 @@ def run(args):
     seed_from_config(cfg)
     report = check(cfg, trainer_cls, args.num_batches)
     if dist.is_main_process():
-        print_report(report, trainer_cls.__name__, args.num_batches, dist.get_world_size())
+        print_report(report, trainer_cls, args.num_batches, dist.get_world_size())
     failed = any(row["bad"] for row in report.values())
     print(f"rank {dist.get_rank()}: batch check {'failed' if failed else 'passed'}", flush=True)
     return 1 if failed else 0

@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 
-from .common import ToolParser, epilog, module_target, rank_environ
+from .common import STOCK_MEANING, ToolParser, epilog, is_stock, module_target, rank_environ, require_files
 
 MODULE = "libai_ext.cli.check_equivalence"
 RANK_FLAG = "--as-rank"
@@ -65,7 +65,7 @@ EXAMPLES = (
     "    --plot output/stock_layouts.png train.trainer=libai.engine.DefaultTrainer",
     "",
     "# the Swin digits config with dropout, every layout up to 8 ranks, 50 iterations (from a checkout)",
-    "python tools/check_equivalence.py --config-file configs/swin_digits_cpu.py \\",
+    "python tools/check_equivalence.py --config-file configs/demo_swin_digits_cpu.py \\",
     "    --layouts 1 pp2 tp2 tp2xpp2 dp2 dp2xpp2 dp2xtp2xpp2 --iters 50 --rtol 1e-4 --timeout 1800 \\",
     "    model.drop_rate=0.1 model.drop_path_rate=0.2",
 )
@@ -100,11 +100,17 @@ def world_size(sizes):
     return sizes["dp"] * sizes["tp"] * sizes["pp"]
 
 
-def configured_global_batch(config_file, opts):
-    """The global batch of the config as given (micro batch x dp x accumulation)."""
-    from libai.config import LazyConfig, try_get_key
+def configured(config_file, opts):
+    """The config as given, with the command line's overrides."""
+    from libai.config import LazyConfig
 
-    cfg = LazyConfig.apply_overrides(LazyConfig.load(config_file), opts)
+    return LazyConfig.apply_overrides(LazyConfig.load(config_file), opts)
+
+
+def configured_global_batch(cfg, config_file):
+    """The global batch of the config as given (micro batch x dp x accumulation)."""
+    from libai.config import try_get_key
+
     micro = try_get_key(cfg, "train.train_micro_batch_size", default=None)
     if micro is None:
         raise UsageError(f"{config_file}: train.train_micro_batch_size is not set")
@@ -336,8 +342,10 @@ def check(args):
         raise UsageError("--layouts needs at least two different layouts (the first is the reference)")
     if args.plot:
         require_pyplot()  # before the runs, not after them
-    global_batches = {config: args.global_batch or configured_global_batch(config, args.opts)
-                      for config in args.config_file}
+    configs = {config: configured(config, args.opts) for config in args.config_file}
+    global_batches = {config: args.global_batch or configured_global_batch(cfg, config)
+                      for config, cfg in configs.items()}
+    stock = {config: is_stock(cfg.train.get("trainer") or "") for config, cfg in configs.items()}
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="check-equivalence-")
     outputs = {}
     for position, (name, sizes) in enumerate(layouts.items(), 1):
@@ -349,7 +357,7 @@ def check(args):
     all_match = True
     for config in args.config_file:
         all_match &= report(args, config, layouts, {name: out[config] for name, out in outputs.items()},
-                            global_batches[config])
+                            global_batches[config], stock[config])
     print("\nall layouts match" if all_match else "\nlayouts differ")
     return EXIT_MATCH if all_match else EXIT_DIFFER
 
@@ -363,13 +371,15 @@ def micro_batches_logged(sizes):
     return 1 if sizes["graph"] else sizes["acc"]
 
 
-def report(args, config, layouts, outputs, global_batch):
+def report(args, config, layouts, outputs, global_batch, stock=False):
     """Print one config's table (and plot); True when every layout matches the first."""
     losses = {name: read_losses(outputs[name], args.iters, micro_batches_logged(sizes))
               for name, sizes in layouts.items()}
     reference = args.layouts[0]
     print(f"\n{config_name(config)}: per-iteration raw loss vs {reference} ({args.iters} iterations, global batch "
           f"{global_batch}, rtol {args.rtol:g}); runs in {args.workdir}")
+    if stock:
+        print(f"({STOCK_MEANING})")
     print("| layout | ranks | max relative difference | first diverging iteration | first difference |")
     print("|---|---|---|---|---|")
     all_match = True
@@ -456,9 +466,7 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     if args.iters < 1:
         parser.error("--iters must be at least 1")
-    for config in args.config_file:
-        if not os.path.isfile(config):
-            parser.error(f"--config-file {config!r} does not exist")
+    require_files(parser, "--config-file", args.config_file)
     args.config_file = [os.path.abspath(config) for config in args.config_file]
     if len(set(map(config_name, args.config_file))) < len(args.config_file):
         parser.error("--config-file: two configs share a file name (their runs would share a folder)")

@@ -1,5 +1,6 @@
 """What every command-line tool shares: parsing with ``key=value`` overrides anywhere, help
-layout, and re-launching a tool's own module on ranks.
+layout, ``--version``, one-line usage errors (exit code 2), and re-launching a tool's own module
+on ranks.
 
 Standard library only: a tool parses its arguments before it imports OneFlow or LiBai.
 """
@@ -9,13 +10,35 @@ import site
 import sys
 import textwrap
 
+from .. import __version__
+
 OVERRIDES_DEST = "opts"
+EXIT_USAGE = 2
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# What the tools call "stock" (train.trainer=libai.engine.DefaultTrainer): LiBai's trainer, not LiBai's tool.
+STOCK_TRAINER = "libai.engine.DefaultTrainer"
+STOCK_MEANING = ("stock: LiBai's own DefaultTrainer, run through libai_ext's train_net, so with libai_ext's repairs "
+                 "of LiBai's CPU and start-up traps (libai_ext.apply_patches) and its seeding (train.seed, "
+                 "train.seed_scope); LiBai's own tools/train_net.py seeds seed + rank (LiBai main) or nothing (0.1.1)")
+
+
+def is_stock(trainer):
+    """``train.trainer`` (a dotted path or a class) names LiBai's own DefaultTrainer."""
+    name = trainer if isinstance(trainer, str) else f"{trainer.__module__}.{trainer.__qualname__}"
+    return name in (STOCK_TRAINER, "libai.engine.default.DefaultTrainer")
 
 
 def is_override(word):
     """``key=value`` words: a ``=`` and no leading ``-`` (``--opt=value`` is an option)."""
     return "=" in word and not word.startswith("-")
+
+
+def require_files(parser, option, paths):
+    """End with a usage error naming the first of ``paths`` that is no file (exit code 2, one line):
+    a missing ``--config-file`` is a bad argument, not a traceback from the config loader."""
+    for path in [paths] if isinstance(paths, str) else paths:
+        if not os.path.isfile(path):
+            parser.error(f"{option} {path}: {'a folder, not a file' if os.path.isdir(path) else 'no such file'}")
 
 
 def epilog(exit_codes=(), examples=()):
@@ -37,7 +60,8 @@ class ToolParser(argparse.ArgumentParser):
 
     With ``overrides=True`` the words that are overrides (``is_override``) and are not the value
     of an option end up, in order, in ``args.opts``.  Help keeps the description and epilog as
-    written.
+    written.  Every tool answers ``--version`` (``libai_ext.__version__``), and a bad argument is
+    one line on stderr and exit code 2 (the usage block is left to ``--help``).
     """
 
     def __init__(self, *args, overrides=False, **kwargs):
@@ -45,10 +69,14 @@ class ToolParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self._takes_value = set()
         self._overrides = overrides
+        self.add_argument("--version", action="version", version=f"libai_ext {__version__}")
         if overrides:
             super().add_argument(OVERRIDES_DEST, nargs="*", metavar="key=value",
                                  help="config overrides in LiBai's (Hydra's) syntax, e.g. train.train_iter=20; "
                                       "they may come before or after the options")
+
+    def error(self, message):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
     def add_argument(self, *args, **kwargs):
         action = super().add_argument(*args, **kwargs)

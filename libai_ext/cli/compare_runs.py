@@ -6,7 +6,7 @@ import math
 import os
 import sys
 
-from .common import ToolParser, epilog
+from .common import STOCK_MEANING, ToolParser, epilog, is_stock
 
 DESCRIPTION = """\
 Compare LiBai training runs: their loss and top-1 curves in one PNG (--out PATH: PATH.png) and
@@ -35,9 +35,9 @@ EXIT_CODES = (
 )
 
 EXAMPLES = (
-    "# stock LiBai and libai_ext on configs/swin_digits_cpu.py, after two libai-ext-train runs",
+    "# stock LiBai and libai_ext on configs/demo_swin_digits_cpu.py, after two libai-ext-train runs",
     "libai-ext-compare-runs --runs stock=output/swin_digits_stock plugin=output/swin_digits_plugin \\",
-    "    --out docs/experiment --title \"Swin on digits, pp2: stock vs libai_ext\"",
+    "    --out output/swin_digits_pp2 --title \"Swin on digits, pp2: stock vs libai_ext\"",
     "",
     "# the demo (configs/demo_pipeline_cpu.py) on 1 rank and on pp2, raw losses against 1 rank",
     "python tools/compare_runs.py --runs one=output/demo_1 pp2=output/demo_pp2 --out output/demo_layouts \\",
@@ -119,6 +119,15 @@ def read_wall_time(run_dir, records):
     return (total, "estimate") if prev >= 0 else (None, "none")
 
 
+def read_trainer(run_dir):
+    """The trainer ``run_info.json`` names (written by libai-ext-train), or None."""
+    try:
+        with open(os.path.join(run_dir, "run_info.json")) as f:
+            return json.load(f).get("trainer")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def summarize(name, run_dir):
     records = read_metrics(run_dir)
     loss_it, loss = series(records, LOSS_KEY)
@@ -139,6 +148,7 @@ def summarize(name, run_dir):
         "final_acc": acc[-1] if acc else None,
         "wall": wall,
         "wall_src": wall_src,
+        "trainer": read_trainer(run_dir),
     }
 
 
@@ -232,11 +242,14 @@ def write_table(summaries, title, md, png, reference=None, rtol=1e-5):
         "wall time: `wall_time_s` from run_info.json or wall_time.txt when the run folder has one; "
         "`~` marks an estimate from the logged per-step times (no start-up, evaluation or checkpoints).",
         "",
-        "| run | folder | top-1 key | wall time source |",
-        "|---|---|---|---|",
+        "| run | folder | trainer | top-1 key | wall time source |",
+        "|---|---|---|---|---|",
     ]
     for s in summaries:
-        lines.append(f"| {s['name']} | `{s['dir']}` | {s['acc_key'] or 'none'} | {s['wall_src']} |")
+        lines.append(f"| {s['name']} | `{s['dir']}` | {s['trainer'] or 'unknown'} | {s['acc_key'] or 'none'} | "
+                     f"{s['wall_src']} |")
+    if any(s["trainer"] and is_stock(s["trainer"]) for s in summaries):
+        lines += ["", STOCK_MEANING[0].upper() + STOCK_MEANING[1:] + "."]
     with open(md, "w") as f:
         f.write("\n".join(lines) + "\n")
 

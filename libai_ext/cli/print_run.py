@@ -44,6 +44,8 @@ def main(argv=None):
         info = json.load(f)
     print(f"{info['trainer']}: {info['wall_time_s']:.0f} s of training, "
           f"final evaluation {flat_scores(info['final_eval'])}")
+    if info.get("stock"):
+        print(f"({info['stock']})")
     return 0
 
 

@@ -6,45 +6,27 @@ The command line is parsed here, before OneFlow and LiBai are imported; the run 
 """
 import sys
 
-from .common import ToolParser, epilog
+from .. import config_keys
+from .common import ToolParser, epilog, require_files
 
-DESCRIPTION = """\
+DESCRIPTION = f"""\
 Train (or evaluate) a LiBai LazyConfig with the trainer that train.trainer names: libai_ext's
-ConsistentBatchTrainer by default, libai.engine.DefaultTrainer for stock LiBai side by side.
-Run it on every rank with OneFlow's launcher (python -m oneflow.distributed.launch); on its own
-it trains on 1 rank.  Also writes <train.output_dir>/losses.jsonl (raw loss of every iteration)
-and run_info.json (trainer, wall time, final evaluation).
+ConsistentBatchTrainer by default, libai.engine.DefaultTrainer for LiBai's own trainer side by
+side ("stock": still run through this tool, so with libai_ext's repairs of LiBai's CPU and
+start-up traps and its seeding, which LiBai's own tools/train_net.py lacks).  Run it on every
+rank with OneFlow's launcher (python -m oneflow.distributed.launch); on its own it trains on 1
+rank.  Also writes <train.output_dir>/losses.jsonl (raw loss of every iteration) and
+run_info.json (trainer, wall time, final evaluation).
 
 config keys read by libai_ext (default when the config does not set them):
-  train.trainer               dotted path of a libai.engine.DefaultTrainer subclass;
-                              "libai.engine.DefaultTrainer" runs stock LiBai
-                              (default "libai_ext.ConsistentBatchTrainer")
-  train.seed                  int in [0, 2**32): python, numpy and OneFlow are seeded from it
-                              before the trainer is built (default 0)
-  train.seed_scope            which ranks share a random stream: "global" (every rank),
-                              "data_parallel" (one stream per data-parallel group) or "rank"
-                              (default "global")
-  train.randomness            "layout_invariant": initial weights, data order, augmentation,
-                              mixup and dropout masks are the same on 1 rank and on any
-                              (dp, tp, pp) layout; "fast": OneFlow's native kernels, reproducible
-                              on one layout only (default "layout_invariant")
-  train.batch_check           compare every field of the batch across the ranks that must agree,
-                              and stop every rank with BatchMismatchError if they do not: "off",
-                              "first" (the first batch) or "every" step; works with stock
-                              DefaultTrainer too (default "off")
-  train.stage0_only_loading   under pipeline parallelism only stage 0 reads and augments training
-                              samples, with ConsistentBatchTrainer (default true)
-  train.load_weight           initial weights (a checkpoint folder), loaded unless the run resumes
-                              from a checkpoint (LiBai 0.1.1 reads it only under --resume)
-                              (default "")
-  dataloader.train.mixup_func with train.randomness="layout_invariant", mixup runs once on the
-                              global batch; its mode must be "batch"
-  On LiBai main, train.rdma_enabled (false), train.dist.device_type and
-  train.input_placement_device (the host's device kind) are filled in when a config written for
-  LiBai 0.1.1 lacks them.  LiBai's own keys (train.train_iter, train.dist.*, graph.enabled, ...)
-  keep their meaning; with ConsistentBatchTrainer a train.dist.pipeline_num_layers that disagrees
-  with the model's layers is warned about (a stage left without layers) or refused (layers past
-  it)."""
+{config_keys.help_text()}
+  LiBai's own keys (train.train_iter, train.dist.*, ...) keep their meaning.  Before the trainer
+  is built every key under train, graph, model, dataloader and optim is checked against the keys
+  the installed LiBai and libai_ext read (model, optim and the loaders against the parameters of
+  their _target_): an unknown key is warned about with the closest known one, and a misspelt key
+  of libai_ext's own (train.randomnes) is refused, since the run would go on under its default.
+  Whatever graph class graph.train_graph names (LiBai's GraphBase included) is given the training
+  step, so graph mode draws eager mode's dropout masks."""
 
 # What --fast-dev-run sets, applied after the command line's overrides (LiBai main's train_net
 # sets the same keys): a short run that trains, logs, evaluates twice and ends.
@@ -60,7 +42,7 @@ EXIT_CODES = (
 
 EXAMPLES = (
     "# 1 rank, 20 iterations with two evaluations: does the config run at all?",
-    "libai-ext-train --config-file configs/swin_digits_cpu.py --fast-dev-run",
+    "libai-ext-train --config-file configs/demo_swin_digits_cpu.py --fast-dev-run",
     "",
     "# 2 CPU ranks, a 2-stage pipeline (from a checkout: tools/train_net.py is the same tool)",
     "python -m oneflow.distributed.launch --nproc_per_node 2 tools/train_net.py \\",
@@ -103,7 +85,9 @@ def build_parser():
 
 def parse_args(argv=None):
     """The namespace LiBai's ``default_setup`` and ``libai_ext.engine.launch`` read."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    require_files(parser, "--config-file", args.config_file)
     if args.fast_dev_run:
         args.opts = args.opts + fast_dev_run_overrides()
     return args

@@ -2,7 +2,9 @@
 
 One module per LiBai line (``libai_v0_1``, ``libai_main``: what each line's API looks like)
 and one per device trap (``compile_step``, ``cuda_placements``, ``cpu_layer_norm``,
-``cpu_bias_gelu``), plus ``swin_v0_1`` for LiBai 0.1.1's Swin.
+``cpu_bias_gelu``), plus ``swin_v0_1`` for LiBai 0.1.1's Swin, ``graph_proxy_v0_1`` for
+LiBai 0.1.1's graph code on OneFlow 0.9.0, and ``special_tokens`` for the special tokens LiBai's
+T5 tokenizer set-up declares but never counts.
 ``detect`` reads from the installed package what it lacks; ``apply_patches()`` applies each
 repair only where it is needed, and the device traps decide per call from the tensor's own
 device, so the same call is right on CPU and CUDA hosts.
@@ -11,7 +13,7 @@ import logging
 
 from omegaconf import OmegaConf
 
-from . import compile_step, cpu_bias_gelu, cpu_layer_norm, cuda_placements, swin_v0_1
+from . import compile_step, cpu_bias_gelu, cpu_layer_norm, cuda_placements, graph_proxy_v0_1, special_tokens, swin_v0_1
 from .detect import libai_line
 from .patching import applied
 
@@ -28,6 +30,8 @@ def apply_patches():
     cpu_layer_norm.apply()
     cpu_bias_gelu.apply()
     swin_v0_1.apply()
+    graph_proxy_v0_1.apply()
+    special_tokens.apply()
     return patches_applied()
 
 

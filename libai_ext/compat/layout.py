@@ -72,3 +72,11 @@ def parallel_layout():
     """``{"dp": .., "tp": .., "pp": ..}`` of this run."""
     util = dist.get_dist_util()
     return {"dp": util.data_parallel_size, "tp": util.tensor_parallel_size, "pp": util.pipeline_parallel_size}
+
+
+def stage_placements():
+    """``{stage id: placement}`` of every pipeline stage of LiBai's layout."""
+    placements = {}
+    for layer_idx, stage in enumerate(layer_stage_ids()):
+        placements.setdefault(stage, dist.get_layer_placement(layer_idx))
+    return placements

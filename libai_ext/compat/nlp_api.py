@@ -5,7 +5,8 @@ What differs between LiBai 0.1.1 and main (each decided from the installed code'
 * model configs: ``GPTModel`` counts its layers as ``num_layers`` (0.1.1) or ``hidden_layers``
   (main), and main's ``from_config`` also reads ``apply_residual_post_layernorm``;
 * datasets: main's ``GPT2Dataset`` / ``BertDataset`` take ``name``, ``max_num_samples`` (filled in
-  by main's loader builder) and ``seed`` (its document shuffle), 0.1.1's do not;
+  by main's loader builder) and ``seed`` (its document shuffle), 0.1.1's do not; ``T5Dataset``'s
+  masking rate is ``mask_lm_prob`` on 0.1.1, ``masked_lm_prob`` on main;
 * ``build_nlp_train_val_test_loader``: main splits by documents and needs the key
   ``train_val_test_num_samples`` (main's trainer fills it in), 0.1.1 splits the samples;
 * the fused softmax of ``MultiheadAttention`` (``scale_mask_softmax_fusion``): main's drops out
@@ -22,6 +23,8 @@ from omegaconf import DictConfig
 LINE_ONLY_FIELDS = frozenset({"name", "seed", "max_num_samples", "masking_style", "max_preds_per_seq",
                               "apply_residual_post_layernorm"})
 LAYER_COUNT_NAMES = ("hidden_layers", "num_layers")
+# One argument under two names: a config gives either, the installed class gets its own.
+FIELD_ALIASES = ({"mask_lm_prob", "masked_lm_prob"},)  # T5Dataset: 0.1.1's name, main's name
 
 
 def parameters(callable_):
@@ -31,10 +34,22 @@ def parameters(callable_):
             if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
 
 
+def _renamed(fields, known):
+    """``fields`` with each name of ``FIELD_ALIASES`` that ``known`` lacks given the alias it has."""
+    renamed = dict(fields)
+    for names in FIELD_ALIASES:
+        for name in sorted(names & set(renamed) - set(known)):
+            alias = next(iter(names & set(known)), None)
+            if alias is not None:
+                renamed[alias] = renamed.pop(name)
+    return renamed
+
+
 def _taken(callable_, fields):
-    """``fields`` that ``callable_`` takes; a field it does not take is an error unless it is one
-    of ``LINE_ONLY_FIELDS``."""
+    """``fields`` that ``callable_`` takes (an aliased name renamed to the one it takes); a field
+    it does not take is an error unless it is one of ``LINE_ONLY_FIELDS``."""
     known = parameters(callable_)
+    fields = _renamed(fields, known)
     unknown = sorted(set(fields) - set(known) - LINE_ONLY_FIELDS)
     if unknown:
         raise TypeError(f"{callable_.__module__}.{callable_.__qualname__} takes no {unknown} on this LiBai line")

@@ -8,6 +8,7 @@ from .digits import (
     DIGITS_TEST_SIZE,
     DIGITS_TRAIN_SIZE,
     ensure_digits_cifar,
+    ensure_digits_imagenet,
     stratified_split,
     upscale_digits,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "cifar_test_transform",
     "cifar_train_transform",
     "ensure_digits_cifar",
+    "ensure_digits_imagenet",
     "ensure_text_data",
     "stratified_split",
     "text_data_file",

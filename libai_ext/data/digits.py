@@ -1,8 +1,10 @@
-"""scikit-learn's handwritten digits written as a CIFAR-100 folder.
+"""scikit-learn's handwritten digits written as a CIFAR-100 folder, or as an ImageNet folder.
 
 A real (if small) image dataset that ships with scikit-learn, so training runs need no download.
-It is stored in the ``cifar-100-python`` pickle format and read back by ``CIFAR100Folder``,
-the same code path as real CIFAR-100.
+``ensure_digits_cifar`` stores it in the ``cifar-100-python`` pickle format, read back by
+``CIFAR100Folder``, the same code path as real CIFAR-100; ``ensure_digits_imagenet`` as PNG files in
+ImageNet's folder layout (``train/<class>/``, ``val/<class>/``), read by LiBai's own
+``ImageNetDataset`` (flowvision's ``ImageFolder``).
 """
 import json
 import os
@@ -118,6 +120,45 @@ def ensure_digits_cifar(root):
             os.rename(tmp, folder)
         except OSError:
             if not _complete(folder):  # not a lost race: a real failure
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return root
+
+
+def ensure_digits_imagenet(root):
+    """Write the digits as ``<root>/train/<label>/<n>.png`` and ``<root>/val/<label>/<n>.png`` (32x32 RGB,
+    the split of ``ensure_digits_cifar``) unless already there; return ``root``.  Safe when several ranks
+    call it at once (a private temporary folder renamed into place)."""
+    marker = os.path.join(root, MARKER)
+    if os.path.isfile(marker):
+        return root
+    if os.path.isdir(root) and os.listdir(root):
+        raise FileExistsError(f"{root} holds {sorted(os.listdir(root))[:5]} but no {MARKER}: not a digits "
+                              "ImageNet folder; pick another root or remove it")
+    from PIL import Image
+    from sklearn.datasets import load_digits  # bundled with scikit-learn: no download
+
+    digits = load_digits()
+    images, labels = upscale_digits(digits.images), digits.target.astype(np.int64)
+    os.makedirs(os.path.dirname(os.path.abspath(root)), exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".digits-imagenet.tmp-", dir=os.path.dirname(os.path.abspath(root)))
+    try:
+        for split, indices in zip(("train", "val"), stratified_split(labels)):
+            for n in indices:
+                folder = os.path.join(tmp, split, f"{labels[n]:02d}")
+                os.makedirs(folder, exist_ok=True)
+                Image.fromarray(images[n]).save(os.path.join(folder, f"{n:05d}.png"))
+        with open(os.path.join(tmp, MARKER), "w") as f:  # written last: marks a finished folder
+            json.dump({"source": "sklearn.datasets.load_digits", "layout": "ImageNet: train/<class>, val/<class>"},
+                      f, indent=1)
+        os.chmod(tmp, 0o755)
+        try:
+            if os.path.isdir(root):
+                os.rmdir(root)  # an empty folder (checked above) may stand where the data go
+            os.rename(tmp, root)
+        except OSError:
+            if not os.path.isfile(marker):  # not a lost race: a real failure
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

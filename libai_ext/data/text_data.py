@@ -1,4 +1,4 @@
-"""Real text for LiBai's GPT-2 and BERT pretraining, built offline with LiBai's own preprocess tool.
+"""Real text for LiBai's GPT-2, BERT, T5 and RoBERTa pretraining, built offline with LiBai's own preprocess tool.
 
 ``ensure_text_data(root)`` writes, once, into ``root``:
 
@@ -7,11 +7,15 @@
   paragraphs separated by blank lines; ``corpus/sentences.jsonl``: one line per sentence, in
   the same order, with the number of the document it belongs to;
 * ``gpt2/vocab.json`` + ``gpt2/merges.txt`` (a byte-level BPE in GPT-2's format) and
-  ``bert/vocab.txt`` (a WordPiece vocabulary), trained on that corpus (``tokenizer_training``);
+  ``bert/vocab.txt`` (a WordPiece vocabulary), trained on that corpus (``tokenizer_training``), and
+  ``roberta/vocab.json`` + ``roberta/merges.txt`` (the same BPE in RoBERTa's layout);
 * ``gpt2_text_document.{bin,idx}``: LiBai's ``tools/preprocess_data.py`` with ``GPT2Tokenizer``
   over the documents (one indexed document per source document);
 * ``bert_text_sentence.{bin,idx}``: the same tool with ``BertTokenizer`` over the sentences,
-  then grouped back into their documents (see below);
+  then grouped back into their documents (see below); LiBai's T5 reads it too;
+* ``roberta_text_sentence.{bin,idx}``: the same over RoBERTa's files, tokenized by ``GPT2Tokenizer``
+  (LiBai 0.1.1 has no ``RobertaTokenizer``; both encode text by the same byte-level BPE, to the
+  same ids);
 * ``MANIFEST.json``, written last: what was built, from what, with which settings.
 
 BERT's sentence pairs need documents of several sentences.  The tool makes them only with
@@ -19,7 +23,8 @@ BERT's sentence pairs need documents of several sentences.  The tool makes them 
 here).  So the tool runs over one sentence per JSON line (each becomes a one-sentence document
 in its output), and ``group_into_documents`` then rewrites the index alone, with LiBai's own
 index writer: the same tokens, the sentence sizes unchanged, document boundaries back at the
-source documents.  LiBai's ``BertDataset`` then builds sentence pairs (``binary_head=True``).
+source documents.  LiBai's ``BertDataset`` then builds sentence pairs (``binary_head=True``);
+``T5Dataset`` and ``RobertaDataset`` fill their sequences from a document's sentences.
 
 The tool is taken from a LiBai source tree or archive (``libai_source``; LiBai main's archive
 works with either installed LiBai line, and both write the same bytes), extracted to a
@@ -41,7 +46,9 @@ import tempfile
 import numpy as np
 
 from .text_corpus import corpus_digest, corpus_paragraphs, split_sentences
-from .tokenizer_training import train_byte_bpe, wordpiece_vocab, write_gpt2_files, write_wordpiece_vocab
+from .tokenizer_training import (
+    train_byte_bpe, wordpiece_vocab, write_gpt2_files, write_roberta_files, write_wordpiece_vocab,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +70,11 @@ FILES = {
     "gpt2_vocab": "gpt2/vocab.json",
     "gpt2_merges": "gpt2/merges.txt",
     "bert_vocab": "bert/vocab.txt",
+    "roberta_vocab": "roberta/vocab.json",
+    "roberta_merges": "roberta/merges.txt",
     "gpt2_prefix": "gpt2_text_document",
     "bert_prefix": "bert_text_sentence",
+    "roberta_prefix": "roberta_text_sentence",
     "documents": "corpus/documents.jsonl",
     "sentences": "corpus/sentences.jsonl",
 }
@@ -184,17 +194,26 @@ def _build(folder, settings, libai_source, python):
     write_gpt2_files(vocab, merges, os.path.join(folder, "gpt2"))
     pieces = wordpiece_vocab(texts, settings["wordpiece_size"])
     write_wordpiece_vocab(pieces, os.path.join(folder, "bert"))
+    write_roberta_files(vocab, merges, os.path.join(folder, "roberta"))
 
     path = lambda key: os.path.join(folder, FILES[key])  # noqa: E731
     with preprocess_tool(libai_source) as tool:
         run_preprocess_tool(tool, path("documents"), os.path.join(folder, "gpt2"), [
             "--tokenizer-name", "GPT2Tokenizer", "--vocab-file", path("gpt2_vocab"),
             "--merges-file", path("gpt2_merges")], python)
-        one_per_sentence = run_preprocess_tool(tool, path("sentences"), os.path.join(folder, "bert_single"), [
-            "--tokenizer-name", "BertTokenizer", "--vocab-file", path("bert_vocab"), "--do-lower-case"], python)
-    group_into_documents(one_per_sentence, [len(doc) for doc in sentences], path("bert_prefix"))
-    for suffix in (".bin", ".idx"):
-        os.remove(one_per_sentence + suffix)
+        sentence_tokenizers = {
+            "bert_prefix": ["--tokenizer-name", "BertTokenizer", "--vocab-file", path("bert_vocab"), "--do-lower-case"],
+            # GPT2Tokenizer on RoBERTa's files: the same byte-level BPE and ids as RobertaTokenizer, which
+            # LiBai 0.1.1 lacks (tests/test_text_data.py compares them on LiBai main).
+            "roberta_prefix": ["--tokenizer-name", "GPT2Tokenizer", "--vocab-file", path("roberta_vocab"),
+                               "--merges-file", path("roberta_merges")],
+        }
+        for key, tokenizer_args in sentence_tokenizers.items():
+            one_per_sentence = run_preprocess_tool(tool, path("sentences"), os.path.join(folder, f"{key}_single"),
+                                                   tokenizer_args, python)
+            group_into_documents(one_per_sentence, [len(doc) for doc in sentences], path(key))
+            for suffix in (".bin", ".idx"):
+                os.remove(one_per_sentence + suffix)
     return {
         "sources": "scikit-learn's dataset descriptions and CPython's reference documentation",
         "corpus_sha256_16": corpus_digest(paragraphs),
@@ -271,10 +290,14 @@ def _build_into(root, settings, libai_source, python):
     return manifest
 
 
-def text_data_file(root=DEFAULT_ROOT, name="gpt2_vocab", libai_source=None):
+def text_data_file(root=DEFAULT_ROOT, name="gpt2_vocab", libai_source=None, **settings):
     """The path of one of ``FILES`` under ``root`` (an indexed dataset's prefix for
-    ``*_prefix``), building the data first if needed: what the configs' LazyCalls read."""
+    ``*_prefix``), building the data first if needed (with ``settings``, see ``ensure_text_data``):
+    what the configs' LazyCalls read."""
     if name not in FILES:
         raise KeyError(f"text data has no {name!r} (known: {sorted(FILES)})")
-    ensure_text_data(root, libai_source=libai_source)
+    ensure_text_data(root, libai_source=libai_source, **settings)
+    if name not in read_manifest(root)["files"]:
+        raise TextDataError(f"{root} was built without {FILES[name]} (an older libai_ext): remove it to rebuild, "
+                            "or use another root")
     return os.path.join(root, FILES[name])

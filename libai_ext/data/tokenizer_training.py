@@ -6,6 +6,8 @@
   frequent adjacent pair is merged, again and again.  The vocabulary is the 256 byte symbols,
   then one entry per merge in merge order, then ``<|endoftext|>``, as in GPT-2's own files, so
   LiBai's ``GPT2Tokenizer`` loads them unchanged.
+* ``write_roberta_files``: the same BPE in RoBERTa's layout (``<s>``, ``<pad>``, ``</s>``, ``<unk>``
+  first, the BPE symbols, ``<mask>`` last), for LiBai's ``RobertaTokenizer``.
 * ``wordpiece_vocab`` + ``write_wordpiece_vocab``: a ``vocab.txt`` for LiBai's ``BertTokenizer``:
   BERT's special tokens, every character seen (alone and as a ``##`` continuation), then the
   corpus' most frequent words and word endings.  Any text made of those characters tokenizes
@@ -26,6 +28,9 @@ GPT2_PRETOKENIZE = regex.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| 
 END_OF_TEXT = "<|endoftext|>"
 BERT_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 MERGES_HEADER = "#version: 0.2"
+# RoBERTa's vocab.json: these four take ids 0-3 (LiBai's RoBERTa pads with id 1), <mask> the last id.
+ROBERTA_LEADING_TOKENS = ("<s>", "<pad>", "</s>", "<unk>")
+ROBERTA_MASK = "<mask>"
 
 
 def byte_alphabet():
@@ -130,6 +135,20 @@ def write_gpt2_files(vocab, merges, folder):
         # The reader drops the first line (the header) and the last (empty after the final newline).
         f.write(MERGES_HEADER + "\n" + "".join(f"{a} {b}\n" for a, b in merges))
     return vocab_path, merges_path
+
+
+def roberta_vocab(gpt2_vocab):
+    """A GPT-2 ``vocab.json`` mapping in RoBERTa's layout: ``ROBERTA_LEADING_TOKENS``, the BPE
+    symbols in their order (GPT-2's ``<|endoftext|>`` left out: RoBERTa has no such token), then
+    ``<mask>``."""
+    symbols = [t for t, _ in sorted(gpt2_vocab.items(), key=lambda item: item[1]) if t != END_OF_TEXT]
+    tokens = [*ROBERTA_LEADING_TOKENS, *symbols, ROBERTA_MASK]
+    return {token: i for i, token in enumerate(tokens)}
+
+
+def write_roberta_files(gpt2_vocab, merges, folder):
+    """``(vocab.json, merges.txt)`` paths: ``roberta_vocab(gpt2_vocab)`` and the same merges."""
+    return write_gpt2_files(roberta_vocab(gpt2_vocab), merges, folder)
 
 
 def _is_punctuation(char):

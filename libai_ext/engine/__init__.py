@@ -2,7 +2,7 @@ from .batch import consistent_batch
 from .checkpoint import CommittedCheckpointer, CommittedPeriodicCheckpointer
 from .checkpoint_files import CheckpointDamaged
 from .global_mixup import GlobalMixup, mixup_step
-from .graph import GraphBase
+from .graph import GraphBase, StepFedGraph, feed_step
 from .launcher_lifetime import die_with_launcher
 from ..compat.layout import placement_data_parallel_rank
 from ..random import seed_everything, seed_from_config
@@ -15,8 +15,10 @@ __all__ = [
     "ConsistentBatchTrainer",
     "GlobalMixup",
     "GraphBase",
+    "StepFedGraph",
     "consistent_batch",
     "die_with_launcher",
+    "feed_step",
     "mixup_step",
     "placement_data_parallel_rank",
     "seed_everything",

@@ -1,4 +1,9 @@
-"""``GraphBase``: LiBai's static-graph wrapper rewritten for OneFlow 0.9.0.
+"""Graph mode: every train graph takes the step (``StepFedGraph``), and ``GraphBase`` for OneFlow 0.9.0.
+
+``StepFedGraph`` (a mixin) and ``feed_step(graph)`` give any ``nn.Graph`` the training step as an
+input at every train call, so stochastic layers draw the masks of eager training
+(``libai_ext.layers.graph_calls``); ``ConsistentBatchTrainer`` feeds it to whatever graph the config
+names.  ``GraphBase`` is one of them:
 
 LiBai 0.1.1's ``libai.models.utils.GraphBase`` reaches graph-side settings through
 ``module.origin`` / ``module.config``, which OneFlow 0.9.0 no longer has: inside an
@@ -14,6 +19,7 @@ one config selects it on both lines with
 Pipeline stages are set generically (see ``assign_pipeline_stages``): no per-model code.
 """
 import contextlib
+import functools
 import logging
 
 import oneflow as flow
@@ -22,13 +28,14 @@ from oneflow.nn.graph import GraphModule
 
 from libai.utils import distributed as dist
 
-from ..compat import layout
-from ..layers import graph_calls, stochastic_layers
+from ..compat import cpu_graph_shared_params, layout
+from ..layers import graph_calls
 from ..random.draws import current_step
 
 logger = logging.getLogger(__name__)
 
 STAGE_HOOK = "set_graph_stages"
+_CALLS = "_libai_ext_step_calls"  # a graph's own call count: its step outside a trainer
 
 
 class GraphConfigError(ValueError):
@@ -74,6 +81,18 @@ def check_graph_options(fp16=False, zero_optim=False, grad_acc_steps=1, data_par
             "(register.cpp:75 separated_header_mem_ptr() == nullptr in the CPU transport). "
             "Use eager mode (graph.enabled=False) for data x tensor parallel layouts on CPU, or a "
             "layout with only one of them (dp x pp or tp x pp work in graph mode).")
+
+
+def check_graph_config(cfg):
+    """``check_graph_options`` on a config's keys, for a train graph of any class, in LiBai's layout."""
+    from libai.config import try_get_key
+
+    util = dist.get_dist_util()
+    check_graph_options(fp16=bool(try_get_key(cfg, "train.amp.enabled", default=False)),
+                        zero_optim=bool(try_get_key(cfg, "train.zero_optimization.enabled", default=False)),
+                        grad_acc_steps=try_get_key(cfg, "train.num_accumulation_steps", default=1) or 1,
+                        data_parallel_size=util.data_parallel_size, tensor_parallel_size=util.tensor_parallel_size,
+                        cuda=placement_is_cuda())
 
 
 def placement_is_cuda(placement=None):
@@ -186,7 +205,90 @@ def global_view_options(global_mode, device=None):
     return {"placement": flow.env.all_device_placement(device), "sbp": flow.sbp.split(0)}
 
 
-class GraphBase(nn.Graph):
+def micro_batches(graph):
+    """The graph's gradient accumulation steps (``graph.config.set_gradient_accumulation_steps``)."""
+    return max(1, int(graph.config.proto.num_gradient_accumulation_steps))
+
+
+def _taking_step(build):
+    """``build`` that takes the step input out of its keyword arguments and traces with it."""
+    @functools.wraps(build)
+    def build_taking_step(self, *args, **kwargs):
+        step = kwargs.pop(graph_calls.STEP_INPUT, None)
+        if step is None:  # an eval graph, or a subclass's build calling this one
+            tracing = contextlib.nullcontext()
+        else:
+            tracing = graph_calls.tracing(step, micro_batches(self), dist.get_dist_util().data_parallel_size)
+        with tracing, cpu_graph_shared_params.parameters_copied_across_stages(self):
+            return build(self, *args, **kwargs)
+
+    build_taking_step.takes_step = True
+    return build_taking_step
+
+
+class StepFedGraph:
+    """Mixin of an ``nn.Graph`` whose train steps draw the masks of eager training.
+
+    A train graph (one with an optimizer) takes the step as one more input at every call: the
+    trainer's global step (``libai_ext.random.draws``), or the graph's own call count outside a
+    trainer.  While it traces, the step reaches the stochastic layers (``graph_calls.tracing``), and
+    on CPU ranks a parameter read on another stage crosses as a copy
+    (``compat.cpu_graph_shared_params``: OneFlow 0.9.0's CPU transport aborts otherwise).  The
+    ``build`` of every class derived from it is wrapped to take the step input out first, so a
+    subclass's own ``build`` (and every other method) runs as written.  Comes first in the bases:
+    ``class MyGraph(StepFedGraph, nn.Graph)``, or ``feed_step(graph)`` for a graph built already.
+    """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        build = cls.__dict__.get("build")
+        if build is not None and not getattr(build, "takes_step", False):
+            cls.build = _taking_step(build)
+
+    def __call__(self, *args, **kwargs):
+        if not self.training:  # an eval graph: the model's eval mode draws nothing
+            return super().__call__(*args, **kwargs)
+        calls = self.__dict__.get(_CALLS, 0)
+        step = current_step()
+        step = calls if step is None else step.step
+        step_input = graph_calls.step_input(step, micro_batches(self), dist.get_layer_placement(0).type)
+        outputs = super().__call__(*args, **kwargs, **{graph_calls.STEP_INPUT: step_input})
+        self.__dict__[_CALLS] = calls + 1
+        return outputs
+
+
+_fed_classes = {}
+
+
+def step_fed_class(graph_class):
+    """``graph_class`` (an ``nn.Graph`` subclass) with ``StepFedGraph`` first in its bases: its own
+    methods and overrides all kept.  One class per ``graph_class``."""
+    if issubclass(graph_class, StepFedGraph):
+        return graph_class
+    if not issubclass(graph_class, flow.nn.Graph):
+        raise TypeError(f"{graph_class.__module__}.{graph_class.__qualname__} is not an oneflow.nn.Graph subclass")
+    if graph_class not in _fed_classes:
+        _fed_classes[graph_class] = type(graph_class.__name__, (StepFedGraph, graph_class), {
+            "build": graph_class.build, "__module__": graph_class.__module__,
+            "__qualname__": graph_class.__qualname__, "__doc__": graph_class.__doc__})
+    return _fed_classes[graph_class]
+
+
+def feed_step(graph):
+    """Make ``graph`` (any ``nn.Graph``, not yet called) take the step at every train call; returns it.
+
+    Its class becomes ``step_fed_class(type(graph))``: nothing else about it changes.
+    """
+    if isinstance(graph, StepFedGraph):
+        return graph
+    if graph._is_compiled:
+        raise RuntimeError(f"{type(graph).__name__} was traced already: feed_step(graph) must come before its "
+                           "first call")
+    graph.__class__ = step_fed_class(type(graph))
+    return graph
+
+
+class GraphBase(StepFedGraph, nn.Graph):
     """A train or eval graph around a LiBai model, for OneFlow 0.9.0.
 
     Same arguments as ``libai.models.utils.GraphBase`` (LiBai 0.1.1):
@@ -216,7 +318,8 @@ class GraphBase(nn.Graph):
 
     Dropout / DropPath of ``libai_ext.layers``: a train graph takes the global step (the
     trainer's, or its own call count outside a trainer) as an extra input at every call
-    (``libai_ext.layers.graph_calls``), so each step draws new masks, the ones eager training draws.
+    (``StepFedGraph``), so each step draws new masks, the ones eager
+    training draws.
     """
 
     def __init__(self, model, optimizer=None, lr_scheduler=None, fp16=False, activation_checkpoint=False,
@@ -230,9 +333,6 @@ class GraphBase(nn.Graph):
                                 util.data_parallel_size, util.tensor_parallel_size, cuda=cuda)
         self.model = model
         self.is_train = is_train
-        self.draws_masks = is_train and bool(stochastic_layers(model))
-        self.micro_batches = grad_acc_steps
-        self.calls = 0  # the step outside a trainer
         self.global_view = global_view_options(global_mode, device) if is_train else None
         if is_train:
             if optimizer is None:
@@ -259,29 +359,13 @@ class GraphBase(nn.Graph):
             # As LiBai: communication on the compute stream saves memory under model parallelism.
             flow.boxing.nccl.enable_use_compute_stream(True)
 
-    def __call__(self, *args, **kwargs):
-        if not self.draws_masks:
-            return super().__call__(*args, **kwargs)
-        step = current_step()
-        step = self.calls if step is None else step.step
-        device_type = dist.get_layer_placement(0).type
-        outputs = super().__call__(*args, **kwargs, **{
-            graph_calls.STEP_INPUT: graph_calls.step_input(step, self.micro_batches, device_type)})
-        self.calls += 1
-        return outputs
-
     def build(self, **kwargs):
-        step = kwargs.pop(graph_calls.STEP_INPUT, None)
-        data_parallel = dist.get_dist_util().data_parallel_size
-        tracing = (graph_calls.tracing(step, self.micro_batches, data_parallel) if step is not None
-                   else contextlib.nullcontext())
-        with tracing:
-            if self.global_view is None:
-                return self._forward(**kwargs)
-            from oneflow.utils.global_view import global_mode
+        if self.global_view is None:
+            return self._forward(**kwargs)
+        from oneflow.utils.global_view import global_mode
 
-            with global_mode(True, **self.global_view):
-                return self._forward(**kwargs)
+        with global_mode(True, **self.global_view):
+            return self._forward(**kwargs)
 
     def _forward(self, **kwargs):
         outputs = self.model(**kwargs)

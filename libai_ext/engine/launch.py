@@ -20,10 +20,12 @@ from libai.utils import distributed as dist
 from libai.utils.checkpoint import Checkpointer
 from libai.utils.logger import setup_logger
 
+from ..cli.common import STOCK_MEANING, is_stock
 from ..compat import apply_patches, fill_missing_config_keys
 from .batch_check import BATCH_CHECK_MODES, install_batch_check
 from .graph import check_graph_options
 from .hooks import RawLossWriter
+from .key_guard import guard_config_keys
 from .launcher_lifetime import die_with_launcher
 from ..random import DEFAULT_RANDOMNESS, check_randomness
 from ..random.seeding import check_scope, check_seed, seed_from_config
@@ -55,6 +57,7 @@ def load_config(args):
 
 def check_config(cfg):
     """Everything that can be refused before any rank talks to another (so none hangs)."""
+    guard_config_keys(cfg)  # a misspelt key first: the checks below would read its default
     trainer_cls = resolve_trainer(try_get_key(cfg, "train.trainer"))
     check_seed(try_get_key(cfg, "train.seed", default=0))
     check_scope(try_get_key(cfg, "train.seed_scope", default="global"))
@@ -91,6 +94,8 @@ def write_run_info(cfg, trainer_cls, wall_time_s, results):
         return
     info = {"trainer": f"{trainer_cls.__module__}.{trainer_cls.__qualname__}",
             "wall_time_s": round(wall_time_s, 2), "final_eval": results or {}}
+    if is_stock(trainer_cls):
+        info["stock"] = STOCK_MEANING
     with open(os.path.join(cfg.train.output_dir, "run_info.json"), "w") as f:
         json.dump(info, f, indent=2, default=float)
 
@@ -108,6 +113,8 @@ def setup(args):
     logger.info(f"{SETUP_DONE} on rank {dist.get_rank()}")
     if tied_to_launcher:
         logger.info(f"rank {dist.get_rank()} ends with its launcher (prctl PR_SET_PDEATHSIG)")
+    if is_stock(trainer_cls) and dist.is_main_process():
+        logger.info(STOCK_MEANING)
     seed_from_config(cfg)
     return cfg, trainer_cls
 

@@ -1,5 +1,6 @@
 """``ConsistentBatchTrainer``: LiBai's ``DefaultTrainer`` with correctly paired batches."""
 import contextlib
+import functools
 import inspect
 import logging
 
@@ -8,7 +9,7 @@ from libai.config.lazy import locate
 from libai.engine import DefaultTrainer
 from libai.utils import distributed as dist
 
-from ..compat import fill_missing_config_keys, get_batch_api
+from ..compat import fill_missing_config_keys, get_batch_api, graph_proxy_v0_1, vocab_padding
 from ..compat.layout import placement_data_parallel_rank
 from ..data.position import KEY as DATA_POSITION
 from ..layers import convert_stochastic_layers, name_stochastic_layers, stochastic_ops
@@ -19,6 +20,8 @@ from .batch import consistent_batch
 from .checkpoint import use_committed_checkpoints, with_committed_retention
 from .config_checks import recording_layer_indices, warn_on_pipeline_layer_mismatch
 from .global_loader import layout_invariant, order_train_loaders, use_global_test_order, wants_global_order
+from .graph import check_graph_config, feed_step
+from .key_guard import guard_config_keys
 from .launcher_lifetime import die_with_launcher
 from .resume import choose_resume_checkpoint, continue_finished_run, load_checkpoint_or_weights
 from .stage0_loading import Stage0Batch, Stage0OnlyLoader
@@ -96,6 +99,9 @@ class ConsistentBatchTrainer(DefaultTrainer):
     its rank holds in the stage-0 placement.  Use it by setting
     ``train.trainer = "libai_ext.ConsistentBatchTrainer"`` (see ``tools/train_net.py``).
 
+    Config keys: before anything is built, a key nobody reads is warned about with the closest
+    known one, and a misspelt key of libai_ext's is refused on every rank (``key_guard``).
+
     Stage-0-only loading (``train.stage0_only_loading``, on by default): under pipeline
     parallelism, ranks outside stage 0 neither read nor augment training samples.
 
@@ -132,6 +138,7 @@ class ConsistentBatchTrainer(DefaultTrainer):
 
     def __init__(self, cfg):
         die_with_launcher()
+        guard_config_keys(cfg)  # a misspelt key of libai_ext's is refused on every rank, before any talks
         fill_missing_config_keys(cfg)  # a config written for LiBai 0.1.1 also runs on main
         choose_resume_checkpoint(cfg)
         continue_finished_run(cfg)
@@ -164,6 +171,15 @@ class ConsistentBatchTrainer(DefaultTrainer):
                     data_parallel=data_parallel)
 
     @classmethod
+    def build_tokenizer(cls, cfg):
+        """LiBai's tokenizer; under ``"layout_invariant"`` the vocabulary is padded for
+        ``tokenization.max_tensor_parallel_size``, not this run's tp (``compat.vocab_padding``)."""
+        tokenizer = super().build_tokenizer(cfg)
+        if try_get_key(cfg, "train.randomness", default=DEFAULT_RANDOMNESS) == "layout_invariant":
+            vocab_padding.pad_vocabulary(cfg, tokenizer)
+        return tokenizer
+
+    @classmethod
     def build_model(cls, cfg):
         randomness = try_get_key(cfg, "train.randomness", default=DEFAULT_RANDOMNESS)
         with recording_layer_indices(cfg) as layer_indices:  # train.dist.pipeline_num_layers vs the model
@@ -186,9 +202,11 @@ class ConsistentBatchTrainer(DefaultTrainer):
     def _build_with_seeded_init(cls, cfg):
         """Initial values from ``train.seed`` and each tensor's name alone (``libai_ext.random.param_init``)."""
         seed = try_get_key(cfg, "train.seed", default=0)
+        build = functools.partial(super().build_model, cfg)
         with recording_init() as recorder:
-            model = super().build_model(cfg)
-        redrawn = reinitialize(model, recorder, seed)
+            model = build()
+        # (``build`` again only if a draw reached no parameter: a discarded draw, or one that got in untracked)
+        redrawn = reinitialize(model, recorder, seed, rebuild=build)
         logger = logging.getLogger(__name__)
         followers = sum("(follows " in recipe for recipe in redrawn.values())
         logger.info("layout_invariant init: %d randomly initialised tensors re-drawn from train.seed=%d, their "
@@ -198,6 +216,21 @@ class ConsistentBatchTrainer(DefaultTrainer):
         for name, recipe in redrawn.items():
             logger.debug("  %s ~ %s", name, recipe)
         return model
+
+    @classmethod
+    def build_graph(cls, cfg, model, optimizer=None, lr_scheduler=None, is_train=True):
+        """The graph ``graph.train_graph`` / ``graph.eval_graph`` names, built by LiBai, taking the step.
+
+        Whatever class the config names (LiBai's ``GraphBase``, a subclass of it, an ``nn.Graph`` of
+        the user's, ``libai_ext.engine.GraphBase``), the graph keeps its own methods and gets the
+        training step as an input at every train call (``engine.graph.feed_step``), so its dropout
+        masks are the ones eager training draws.  LiBai 0.1.1's graph code gets OneFlow 0.9.0's
+        proxies the way it reads them (``compat.graph_proxy_v0_1``).
+        """
+        if is_train:
+            check_graph_config(cfg)  # what OneFlow cannot do on CPU ranks, for any graph class
+        graph_proxy_v0_1.apply()
+        return feed_step(super().build_graph(cfg, model, optimizer, lr_scheduler, is_train))
 
     @classmethod
     def test(cls, cfg, test_loaders, model, evaluator=None):

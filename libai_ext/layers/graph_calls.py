@@ -3,7 +3,7 @@
 A traced graph replays the ops it recorded, so anything a layer computes on the host while
 tracing (its call counter, the keys hashed from it) is frozen at trace time, and OneFlow 0.9.0
 loses a buffer's in-place updates made inside a graph (``tools/repro/graph_buffer_update.py``).
-So ``libai_ext.engine.GraphBase`` *gives* the graph its step, as an input it takes at every call:
+So a train graph is *given* its step, as an input it takes at every call (``StepFedGraph``):
 
 * the input is an int32 ``(micro-batches, 2)`` tensor, row ``m`` = ``[global step, m]``, replicated
   on every rank; OneFlow splits every graph input into micro-batches under gradient accumulation
@@ -12,6 +12,12 @@ So ``libai_ext.engine.GraphBase`` *gives* the graph its step, as an input it tak
   ``j``-th call draws ``(step, j)`` with keys hashed from the step tensor inside the graph
   (``counter_rng.call_keys``), rows numbered by their place in the step (``draws.Step.rows``):
   the bits eager mode draws for that micro-step.
+
+Which graphs take the step: ``libai_ext.engine.graph.StepFedGraph`` and its subclasses
+(``libai_ext.engine.GraphBase``), and any other ``nn.Graph`` passed to ``feed_step``
+(``ConsistentBatchTrainer`` does it for whatever ``graph.train_graph`` builds: LiBai's
+``GraphBase``, a user's subclass of it).  A layer traced in a graph that gives it no step raises
+``UnkeyedGraphDraw``: its mask would be frozen.
 """
 import contextlib
 
@@ -22,6 +28,10 @@ from ..random.draws import Step
 
 STEP_INPUT = "libai_ext_step"
 _tracing = None  # the TracedSteps of the graph being traced now
+
+
+class UnkeyedGraphDraw(RuntimeError):
+    """A stochastic layer traced in an ``nn.Graph`` that does not give it the step."""
 
 
 class TracedSteps:
@@ -76,6 +86,18 @@ def shared(key, compute):
     return compute() if _tracing is None else _tracing.shared(key, compute)
 
 
-def traced_draw(layer, x):
-    """``(Step, call)`` of ``layer``'s draw for ``x`` while a ``GraphBase`` traces; None in any other graph."""
-    return None if _tracing is None else _tracing.draw(layer, x)
+def traced_draw(layer, x, name=None):
+    """``(Step, call)`` of ``layer``'s draw for ``x`` while a ``StepFedGraph`` traces.
+
+    Anywhere else (a graph that takes no step) raises ``UnkeyedGraphDraw`` naming the layer
+    (``name``, default its stream) and what to do.
+    """
+    if _tracing is None:
+        raise UnkeyedGraphDraw(
+            f"{name or type(layer).__name__} is traced in an nn.Graph that does not give it the training step, so "
+            "every step of that graph would draw one frozen mask. Train the graph with "
+            "libai_ext.ConsistentBatchTrainer (it feeds the step to whatever graph.train_graph builds: LiBai's "
+            "GraphBase, a subclass of it, libai_ext.engine.GraphBase); for a graph you call yourself, derive it "
+            "from libai_ext.engine.GraphBase or call libai_ext.feed_step(graph) before its "
+            "first call; for an inference graph, put the model in eval() mode.")
+    return _tracing.draw(layer, x)

@@ -16,11 +16,11 @@ layer's ``j``-th call draws ``(train.seed, stream, global step, j)`` with rows n
 place in the step's global batch (gradient accumulation included); outside, the ``c``-th call
 draws ``(c, 0)``.  The stream is the module's qualified name once ``name_stochastic_layers(model)``
 ran (the trainer does it), otherwise its construction order.  ``train.seed`` itself keys them
-(never the per-scope seed), so replicas agree under every ``train.seed_scope``.  Inside
-``libai_ext.engine.GraphBase`` the step is an input of the graph (``graph_calls``), so graph steps
-draw the masks eager "layout_invariant" steps draw, in both modes ("fast" is eager-only: see
-``_drop_traced``).  In any other ``nn.Graph`` the draw is frozen at trace time: every step
-repeats one mask (a warning says so).
+(never the per-scope seed), so replicas agree under every ``train.seed_scope``.  In a train
+graph that takes the step as an input (``graph_calls.StepFedGraph``: ``libai_ext.engine.GraphBase``,
+and whatever graph ``ConsistentBatchTrainer`` builds), graph steps draw the masks eager "layout_invariant" steps draw, in both modes ("fast" is eager-only: see
+``_drop_traced``).  A layer traced in a graph that does not give it the step is refused by name
+(``graph_calls.UnkeyedGraphDraw``): its mask would be frozen at trace time.
 
 What a call computes and keeps, as OneFlow's dropout kernel does: the output is ``x * m``, ``m``
 in ``x``'s dtype holding the scale where kept and 0 where dropped, so a kept element is ``x``
@@ -163,17 +163,11 @@ class _CounterStream(nn.Module):
         (measured: every dropout of every graph draws one mask sequence, whatever the seeds and
         ``flow.manual_seed``), so "fast" has no per-layer, per-shard stream there."""
         layer = self.to(nn.Module) if isinstance(self, ProxyModule) else self
-        traced = graph_calls.traced_draw(layer, x)
-        if traced is None:
-            logger.warning(f"{type(layer).__name__} {layer.stream!r} traced outside libai_ext's GraphBase: "
-                           "its draw is frozen, every step of this graph draws the same mask")
-            keys, rows = stream_keys(modes.layer_seed(), layer.stream, layer._own_calls), None
-        else:
-            step, call = traced
-            seed = modes.layer_seed()
-            where = (str(x.placement), len(x.sbp)) if x.is_global else str(x.device)
-            hashed = graph_calls.shared(("step_hash", seed, where), lambda: step_hash(seed, step.step))
-            keys, rows = call_keys(stream_words(seed, layer.stream), hashed, call), step.rows()
+        step, call = graph_calls.traced_draw(layer, x, name=f"{type(layer).__name__} {layer.stream!r}")
+        seed = modes.layer_seed()
+        where = (str(x.placement), len(x.sbp)) if x.is_global else str(x.device)
+        hashed = graph_calls.shared(("step_hash", seed, where), lambda: step_hash(seed, step.step))
+        keys, rows = call_keys(stream_words(seed, layer.stream), hashed, call), step.rows()
         shape = tuple(mask_shape or x.shape)
         sbp = _replicated(mask_sbp or x.sbp) if x.is_global else None
         keep = keep_mask(shape, self.rate, keys, x.placement if x.is_global else None, sbp,

@@ -19,21 +19,33 @@ OneFlow's own init does; the float64 intermediates of one tensor are the extra m
 derivation is re-run where its sources were drawn (e.g. a whole local tensor on every rank),
 as the model's code ran it.
 
-Refused, before anything changes and naming the tensor: draws the recorder cannot reproduce
-(``randint``, ``orthogonal_``, per-shard init, in-place ops mixing random tensors), values
-made from random ones by an op that is not replayed (a sum, a product, ...), a replay that
-does not give back the value the model's code produced (an op the recorder missed), a tensor
-that holds exactly the values of a re-drawn one without being recorded as its copy (e.g.
-through numpy), and (``strict``) random draws that reached no parameter or buffer, which an
-untracked copy may have carried into one.
+Refused, before anything changes and naming the tensor (its module and attribute) with a way to
+initialise it that keeps the guarantee: draws the recorder cannot reproduce (``randint``,
+``orthogonal_``, per-shard init, in-place ops mixing random tensors), values made from random
+ones by an op that is not replayed (a sum, a product, ...), a replay that does not give back
+the value the model's code produced (an op the recorder missed), a tensor that holds exactly
+the values of a re-drawn one without being recorded as its copy (e.g. through numpy), and
+(``strict``) a tensor of the model that random values reached by a path the recorder does not
+follow.
+
+That last one is decided by what reaches the model, not by where draws went: a build may draw
+values and throw them away (LiBai main's ``RobertaEmbeddings`` builds BERT's tables, then
+replaces them).  When some draw reached no parameter or buffer by a tracked path, the model is
+built a second time with every generator (OneFlow's, numpy's, python's) seeded otherwise
+(``untracked_reach``): a tensor that is not re-drawn but changes with the generators got random
+values by an untracked path (numpy, an in-place draw into a view) and is refused by name; if
+none changes, the stray draws were discarded and the build is accepted.  The second build costs
+one more model build and its memory, only for models that discard draws.
 """
 import hashlib
+import random
 
 import numpy as np
 import oneflow as flow
 
 from .counter_rng import counter_normal, counter_unit, derive_keys
 from .init_recipes import LAYOUT_OPS, recording_init
+from .rng_state import preserved_rng_state
 
 _STREAM = "param_init"
 
@@ -185,29 +197,38 @@ def _untracked_copies(named, recorder, checked):
             if differ == 0 and id(source) in random_sources]
 
 
-def _problems(named, recorder, strict):
+def describe_tensor(model, name):
+    """``"a.b.weight (parameter 'weight' of a.b: Linear)"``: a tensor of ``model`` by its module and attribute."""
+    path, _, attribute = name.rpartition(".")
+    module = dict(model.named_modules()).get(path)
+    if module is None:
+        return name
+    kind = ("parameter" if attribute in module._parameters else "buffer" if attribute in module._buffers
+            else "attribute")
+    return f"{name} ({kind} {attribute!r} of {path or 'the model'}: {type(module).__name__})"
+
+
+def _problems(model, named, recorder):
     """What cannot be re-drawn faithfully, as messages (the same on every rank)."""
     problems, checked = [], []
     for name, tensor in named:
         storage = recorder.lookup(tensor)
         if storage is None or not storage.random:
             continue
+        where = describe_tensor(model, name)
         if storage.unsupported is not None:
-            problems.append(f"{name}: {storage.unsupported}")
+            problems.append(f"{where}: {storage.unsupported}")
         elif tensor.is_global and flow.sbp.partial_sum in tensor.sbp:
-            problems.append(f"{name}: a partial-sum tensor drawn at {storage.recipe.site}")
+            problems.append(f"{where}: a partial-sum tensor drawn at {storage.recipe.site}")
         elif storage.recipe.drawn and tuple(tensor.shape) != storage.recipe.shape:
-            problems.append(f"{name}: drawn with shape {storage.recipe.shape}, now {tuple(tensor.shape)}")
+            problems.append(f"{where}: drawn with shape {storage.recipe.shape}, now {tuple(tensor.shape)}")
         else:
             checked.append((name, tensor, storage.recipe))
     mismatched = _sum_over_ranks([not _replay_matches(recipe, tensor) for _, tensor, recipe in checked])
-    problems += [f"{name}: replaying {recipe.describe()} (made at {recipe.site}) does not give its value: "
-                 f"an in-place op the recorder does not watch changed it"
+    problems += [f"{describe_tensor(model, name)}: replaying {recipe.describe()} (made at {recipe.site}) does not "
+                 f"give its value: an in-place op the recorder does not watch changed it"
                  for (name, _, recipe), bad in zip(checked, mismatched) if bad]
     problems += _untracked_copies(named, recorder, checked)
-    if strict:
-        problems += [f"a random draw that reached no parameter or buffer by a tracked path: {site}"
-                     for site in _stray_sites(named, recorder, checked)]
     return problems, checked
 
 
@@ -231,20 +252,91 @@ def _stray_sites(named, recorder, checked):
     return sorted({s.recipe.site if s.recipe is not None else s.unsupported for s in recorder.storages() if stray(s)})
 
 
-def reinitialize(model, recorder, seed, strict=True):
+def model_tensors(model):
+    """``{name: tensor}`` of every parameter, buffer and plain tensor attribute of ``model``'s modules
+    (what its forward can read), each tensor once."""
+    found = dict(named_tensors(model))
+    seen = {id(tensor) for tensor in found.values()}
+    for path, module in model.named_modules():
+        for attribute, value in vars(module).items():
+            if isinstance(value, flow.Tensor) and id(value) not in seen:
+                seen.add(id(value))
+                found[f"{path}.{attribute}" if path else attribute] = value
+    return found
+
+
+def _kept_digests(model, redrawn):
+    return {name: _local_digest(tensor) for name, tensor in model_tensors(model).items() if name not in redrawn}
+
+
+def _other_generators():
+    """Seed OneFlow's, numpy's and python's generators with another seed than the build had."""
+    other = (flow.default_generator.initial_seed() + 0x9E3779B9) % 2 ** 32
+    flow.manual_seed(other)
+    np.random.seed(other)
+    random.seed(other)
+
+
+def untracked_reach(model, redrawn, rebuild):
+    """Names of the tensors of ``model`` (parameters, buffers, plain tensor attributes) that are not
+    in ``redrawn`` and yet change when ``rebuild()`` builds the model again with every generator
+    seeded otherwise: random values reached them by a path the recorder does not follow.  Every
+    rank must call it (the answer is the same on every rank)."""
+    kept = _kept_digests(model, redrawn)
+    with preserved_rng_state():
+        _other_generators()
+        again = _kept_digests(rebuild(), redrawn)
+    names = sorted(kept)
+    changed = _sum_over_ranks([name not in again or again[name] != kept[name] for name in names])
+    return [name for name, count in zip(names, changed) if count > 0]
+
+
+def _any_rank(flag):
+    return bool(_sum_over_ranks([int(bool(flag))])[0])
+
+
+UNTRACKED_FIX = ("give it its values with a watched op on the whole tensor (nn.init.normal_ / uniform_ / "
+                 "trunc_normal_, Tensor.normal_ / uniform_: re-drawn from train.seed), copy them with .clone(), "
+                 "copy_ or copy.deepcopy (followed), register a tensor the forward reads as a buffer, or load "
+                 "the values with train.load_weight")
+
+
+def _reach_problems(model, recorder, named, checked, rebuild):
+    """Messages for the tensors that random values reached by an untracked path (``strict``)."""
+    strays = _stray_sites(named, recorder, checked)
+    if not _any_rank(strays):
+        return []
+    if rebuild is None:
+        return [f"a random draw that reached no parameter or buffer by a tracked path: {site} (pass the build "
+                "function, build_with_seeded_init(build, seed), to tell a discarded draw from one that reached "
+                "the model)" for site in strays]
+    reached = untracked_reach(model, {name for name, _, _ in checked}, rebuild)
+    sites = ", ".join(strays) or "on another rank"
+    return [f"{describe_tensor(model, name)}: its initial values change with OneFlow's generator but come from no "
+            f"draw the recorder follows (random values made at {sites} reached it by an untracked path such as "
+            f"numpy or an in-place draw into a view); {UNTRACKED_FIX}" for name in reached]
+
+
+def reinitialize(model, recorder, seed, strict=True, rebuild=None):
     """Re-draw every randomly initialised parameter/buffer of ``model`` from ``seed``; returns
     ``{name: recipe description}`` of what was re-drawn (a tensor that follows another one says
     whose values it follows).  Every rank must call it.
 
     Raises ``RuntimeError`` (before changing anything) listing every tensor it cannot
-    reproduce.  ``strict=False`` tolerates random draws that reached no tensor of the model.
+    reproduce.  ``strict``: also refuse tensors that random values reached by an untracked path;
+    when some draw reached no parameter or buffer, ``rebuild()`` (a function building the same
+    model again) tells a discarded draw from one that reached the model (``untracked_reach``);
+    without it every such draw is refused.  ``strict=False`` skips that check.
     """
     named = named_tensors(model)
-    problems, checked = _problems(named, recorder, strict)
+    problems, checked = _problems(model, named, recorder)
+    if strict:
+        problems += _reach_problems(model, recorder, named, checked, rebuild)
     if problems:
-        raise RuntimeError("layout_invariant init cannot reproduce these initial values from the seed "
-                           "(use train.randomness='fast', or initialise them with nn.init / Tensor.normal_ "
-                           "/ uniform_ on the whole global tensor):\n  " + "\n  ".join(problems))
+        raise RuntimeError("layout_invariant init cannot reproduce these initial values from train.seed (each "
+                           "is named with its module; to keep the same initial model on every layout, draw them "
+                           "with nn.init / Tensor.normal_ / uniform_ on the whole global tensor, or load them with "
+                           "train.load_weight):\n  " + "\n  ".join(problems))
     keys = DrawKeys(checked, seed)
     redrawn = {}
     with flow.no_grad():
@@ -261,4 +353,4 @@ def build_with_seeded_init(build, seed, strict=True):
     returns ``(model, {name: recipe})``."""
     with recording_init() as recorder:
         model = build()
-    return model, reinitialize(model, recorder, seed, strict)
+    return model, reinitialize(model, recorder, seed, strict, rebuild=build)

@@ -3,9 +3,10 @@
 One launch covers several layouts of its world size (LiBai's layout is set up again for each),
 so that OneFlow's start-up is paid once.  Per layout, one record per build:
 
-* ``swin``: configs/swin_digits_cpu.py's model from ``ConsistentBatchTrainer.build_model`` with
+* ``swin``: configs/demo_swin_digits_cpu.py's model from ``ConsistentBatchTrainer.build_model`` with
   train.randomness "layout_invariant" and "fast", and LiBai's ``DefaultTrainer.build_model`` (stock);
-* ``gpt``, ``bert``, ``vit``, ``t5``: LiBai's own models (tiny) inside ``build_with_seeded_init``;
+* ``gpt``, ``bert``, ``vit``, ``t5`` (and on LiBai main ``roberta``, whose embeddings build BERT's
+  tables and replace them): LiBai's own models (tiny) inside ``build_with_seeded_init``;
 * ``ema``: a LiBai ViT student with an EMA teacher made by ``copy.deepcopy``, a second copy made
   by ``load_state_dict`` and ``w * 0.5``, ``flow.cat([w, w])`` of a split weight ``w``, inside
   ``build_with_seeded_init``; the record says whether the copies equal the student and the
@@ -25,6 +26,7 @@ import os
 import re
 import time
 
+import libai.models
 import numpy as np
 import oneflow as flow
 from libai.config import LazyCall, LazyConfig
@@ -41,7 +43,7 @@ from libai_ext.testing import ranks_device, write_rank_result
 SWIN_BUILDS = (("layout_invariant", ConsistentBatchTrainer, "layout_invariant"),
                ("fast", ConsistentBatchTrainer, "fast"),
                ("stock", DefaultTrainer, "layout_invariant"))
-CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "swin_digits_cpu.py")
+CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "demo_swin_digits_cpu.py")
 SEED = 7
 TEXT = dict(vocab_size=64, hidden_size=32, num_attention_heads=4, max_position_embeddings=16)
 # LiBai 0.1.1's GPTModel counts its layers as num_layers, main's as hidden_layers.
@@ -62,6 +64,10 @@ LIBAI_MODELS = {
     "t5": lambda: T5Model(hidden_layers=2, intermediate_size=64, embedding_dropout_prob=0.0, hidden_dropout_prob=0.0,
                           attention_probs_dropout_prob=0.0, **TEXT),
 }
+if hasattr(libai.models, "RobertaModel"):  # LiBai main
+    LIBAI_MODELS["roberta"] = lambda: libai.models.RobertaModel(
+        hidden_layers=2, intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        bias_gelu_fusion=False, bias_dropout_fusion=False, scale_mask_softmax_fusion=False, **TEXT)
 
 
 class EMAPair(nn.Module):

@@ -1,11 +1,13 @@
-"""A small Swin that trains on CPU ranks: the digits stand-in for configs/swin_cifar100.py.
+"""A CPU-sized demo: this project's own 3D-parallel Swin (libai_ext.models.swin) on the digits.
 
-Same model code, data path and augmentation as the CIFAR-100 recipe (random crop, mixup/cutmix,
-label smoothing), sized for a 2-core machine. The layout is chosen on the command line:
+A 0.31 M-parameter Swin with random crop, mixup/cutmix and label smoothing, sized for a 2-core
+machine; the experiments of docs/experiment.md and docs/layout_experiment.md use it.  LiBai's own
+Swin is what configs/swin_cifar100.py (LiBai's CIFAR-100 recipe) and configs/libai_swin_digits_cpu.py
+train.  The layout is chosen on the command line:
 
     # 1 rank
     python -m oneflow.distributed.launch --nproc_per_node 1 tools/train_net.py \
-        --config-file configs/swin_digits_cpu.py
+        --config-file configs/demo_swin_digits_cpu.py
     # 2-stage pipeline (2 ranks)
     ... --nproc_per_node 2 ... train.dist.pipeline_parallel_size=2
     # (dp, tp, pp) = (2, 2, 2) on 8 ranks
@@ -39,7 +41,7 @@ model = LazyCall(SwinTransformer)(
     drop_rate=0.0, attn_drop_rate=0.0, drop_path_rate=0.1,
 )
 
-train.output_dir = "./output/swin_digits_cpu"
+train.output_dir = "./output/demo_swin_digits_cpu"
 train.train_micro_batch_size = 32  # even: flowvision's batch mixup needs pairs
 train.test_micro_batch_size = 60   # 360 test images = 6 full batches (no padded last batch)
 train.train_iter = 1500  # 4-6 min on 2 shared cores (measured 0.14-0.20 s/step, 1 rank or pp2)

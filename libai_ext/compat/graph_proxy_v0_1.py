@@ -1,0 +1,98 @@
+"""LiBai 0.1.1's graph code on OneFlow 0.9.0: ``proxy.origin`` and ``proxy.config``.
+
+LiBai 0.1.1 was written for OneFlow 0.8, where a module inside ``nn.Graph`` was a ``Block``
+with ``.origin`` (the module) and ``.config`` (its graph settings: ``stage_id``,
+``activation_checkpointing``).  OneFlow 0.9.0 wraps it in a ``ProxyModule`` that has neither
+(``proxy.to(nn.Module)``, ``proxy.to(GraphModule)``), so ``libai.models.utils.GraphBase`` fails
+while it is built (``'ProxyModule' object 'model' in nn.Graph has no attribute 'origin'``), and so
+does every 0.1.1 model's ``set_pipeline_stage_id`` that it calls.  This gives the proxies those
+two names back:
+
+* ``proxy.origin``: the original module (tensor);
+* ``proxy.config``: the graph settings, where ``config.stage_id = s`` becomes 0.9.0's
+  ``set_stage(s, placement of stage s)`` (0.9.0's own ``stage_id`` setter keeps no placement
+  and prints a deprecation line per module); a module's own attribute named ``config`` keeps
+  precedence.
+
+Applied only where LiBai's ``GraphBase`` knows no other API (LiBai main's checks
+``hasattr(model, "origin")`` and its models pick the 0.9.0 API when ``config`` is absent: there
+the proxies are left alone).
+"""
+import functools
+import inspect
+
+from oneflow import Tensor, nn
+from oneflow.nn.graph import GraphModule, GraphTensor
+from oneflow.nn.graph.proxy import ProxyModule, ProxyTensor
+
+from .patching import replace
+
+REASON = "LiBai 0.1.1's GraphBase and models reach OneFlow 0.9.0's ProxyModule by .origin / .config"
+
+
+@functools.lru_cache(maxsize=None)
+def graph_base_needs_origin():
+    """Whether the installed ``libai.models.utils.GraphBase`` only knows the pre-0.9 proxy API."""
+    from libai.models.utils import GraphBase
+
+    source = inspect.getsource(GraphBase)
+    return ".origin" in source and ".to(nn.Module)" not in source and not hasattr(ProxyModule, "origin")
+
+
+class LegacyGraphConfig:
+    """``proxy.config`` as OneFlow 0.8's ``Block.config``, over 0.9.0's ``GraphModule`` / ``GraphTensor``."""
+
+    def __init__(self, block):
+        object.__setattr__(self, "_block", block)
+
+    @property
+    def stage_id(self):
+        return self._block.stage_id
+
+    @stage_id.setter
+    def stage_id(self, stage):
+        from .layout import stage_placements
+
+        placements = stage_placements()
+        if stage not in placements:
+            raise ValueError(f"{self._block.name}: pipeline stage {stage} is not one of LiBai's layout "
+                             f"({sorted(placements)})")
+        self._block.set_stage(stage, placements[stage])
+
+    def __getattr__(self, name):
+        return getattr(self._block, name)
+
+    def __setattr__(self, name, value):
+        if isinstance(getattr(type(self), name, None), property):
+            object.__setattr__(self, name, value)  # stage_id
+        else:
+            setattr(self._block, name, value)  # activation_checkpointing, ...
+
+
+def _module_origin(proxy):
+    return proxy.to(nn.Module)
+
+
+def _tensor_origin(proxy):
+    return proxy.to(Tensor)
+
+
+def _module_config(proxy):
+    if hasattr(proxy.to(nn.Module), "config"):
+        return ProxyModule.__getattr__(proxy, "config")  # the module's own attribute, as before
+    return LegacyGraphConfig(proxy.to(GraphModule))
+
+
+def _tensor_config(proxy):
+    return LegacyGraphConfig(proxy.to(GraphTensor))
+
+
+def apply(needed=None):
+    """Give OneFlow's proxies ``origin`` and ``config`` where LiBai needs them; True if it changed anything."""
+    if not (graph_base_needs_origin() if needed is None else needed):
+        return False
+    changed = False
+    for owner, name, getter in ((ProxyModule, "origin", _module_origin), (ProxyTensor, "origin", _tensor_origin),
+                                (ProxyModule, "config", _module_config), (ProxyTensor, "config", _tensor_config)):
+        changed |= replace(owner, name, property(getter), REASON)
+    return changed

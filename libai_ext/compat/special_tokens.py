@@ -1,0 +1,81 @@
+"""Special tokens a LiBai tokenizer declares but its vocabulary file lacks (T5's), counted before
+the model's vocabulary is sized.
+
+LiBai's T5 configs give a ``BertTokenizer`` ``bos_token="[BOS]"``, ``eos_token="[EOS]"`` and 100
+sentinels ``<extra_id_i>`` as ``additional_special_tokens``; a BERT vocabulary file has none of them.
+A declared token is only a name: it gets an id once ``add_tokens`` puts it in the vocabulary.
+
+* LiBai 0.1.1 never adds them: ``T5Dataset`` reads ``bos_token_id``, ``eos_token_id`` and
+  ``additional_special_tokens_ids``, which all come out as ``[UNK]``'s id.  Every masked span is
+  replaced by the same token, and the decoder starts and ends on ``[UNK]``.
+* LiBai main's ``T5Dataset`` adds them in its constructor, after ``DefaultTrainer.build_tokenizer``
+  has sized the model's vocabulary from ``len(tokenizer)``: their ids lie past the tokens the size
+  counted, and past the embedding's rows unless the padding happens to cover them.
+
+``apply()`` (``libai_ext.compat.apply_patches``) wraps LiBai's ``build_tokenizer`` so that the
+tokenizer it returns already holds every special token it declares: the vocabulary size counts
+them on both lines, and main's own ``add_tokens`` call then adds nothing.  A tokenizer that
+declares nothing missing (GPT-2's, BERT's) is returned untouched.
+"""
+import functools
+
+from .patching import replace
+
+# Where LiBai's trainer and user scripts reach the function (the same object on both lines).
+_MODULES = ("libai.tokenizer.build", "libai.tokenizer", "libai.engine.default")
+
+
+def declared_special_tokens(tokenizer):
+    """The special tokens ``tokenizer`` declares, in LiBai's attribute order (bos, eos, unk, sep, pad,
+    cls, mask, then the additional ones in their given order).  Not ``all_special_tokens``: LiBai
+    builds it through a ``set``, whose order follows each process's string hash seed, so the ids
+    added from it would differ from rank to rank."""
+    tokens = []
+    for value in tokenizer.special_tokens_map.values():
+        tokens.extend(value if isinstance(value, (list, tuple)) else [value])
+    return list(dict.fromkeys(str(t) for t in tokens if t))
+
+
+def missing_special_tokens(tokenizer):
+    """Declared special tokens that the vocabulary does not hold: each one encodes as ``[UNK]``."""
+    vocab = tokenizer.get_vocab()
+    return [t for t in declared_special_tokens(tokenizer) if t not in vocab]
+
+
+def add_missing_special_tokens(tokenizer):
+    """Adds ``missing_special_tokens(tokenizer)`` to its vocabulary, ids after the file's in declared
+    order (for T5: ``[BOS]``, ``[EOS]``, ``<extra_id_0>``... as LiBai main's ``T5Dataset`` numbers
+    them); returns them."""
+    missing = missing_special_tokens(tokenizer)
+    if missing:
+        tokenizer.add_tokens(missing, special_tokens=True)
+    still = missing_special_tokens(tokenizer)
+    if still:
+        raise ValueError(f"tokenization.tokenizer: {type(tokenizer).__name__} could not add its special tokens "
+                         f"{still[:5]} to its vocabulary")
+    return missing
+
+
+def _with_special_tokens(build_tokenizer):
+    @functools.wraps(build_tokenizer)
+    def build_tokenizer_with_special_tokens(cfg, *args, **kwargs):
+        tokenizer = build_tokenizer(cfg, *args, **kwargs)
+        add_missing_special_tokens(tokenizer)
+        return tokenizer
+
+    build_tokenizer_with_special_tokens.libai_original = build_tokenizer
+    return build_tokenizer_with_special_tokens
+
+
+def apply():
+    """Wraps LiBai's ``build_tokenizer`` under every name it is reached by; idempotent."""
+    import importlib
+
+    original = importlib.import_module(_MODULES[0]).build_tokenizer
+    original = getattr(original, "libai_original", original)
+    wrapped = _with_special_tokens(original)
+    for name in _MODULES:
+        module = importlib.import_module(name)
+        if getattr(module, "build_tokenizer", None) is original:
+            replace(module, "build_tokenizer", wrapped,
+                    "declared special tokens (T5's) join the vocabulary before its size is fixed")

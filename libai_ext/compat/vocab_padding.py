@@ -1,0 +1,74 @@
+"""One vocabulary size on every layout: LiBai pads it for the tensor-parallel size of the run.
+
+Both LiBai lines set ``model.cfg.vocab_size`` in ``DefaultTrainer.build_tokenizer`` to the
+tokenizer's length rounded up to a multiple of ``tokenization.make_vocab_size_divisible_by x
+train.dist.tensor_parallel_size``: GPT-2's 50,257 tokens become 50,304 rows at tp1 and 50,432 at
+tp2, a 507-token vocabulary with ``make_vocab_size_divisible_by=1`` 507 rows at tp1 and 508 at
+tp2.  The model then has another shape on each tp: extra rows, with initial values of their own,
+whose logits enter the softmax, so tp2 trains another model than tp1, and a checkpoint of one
+tp does not load on another.
+
+Under ``train.randomness="layout_invariant"`` the vocabulary is padded for the largest
+tensor-parallel size the model will be trained on instead, ``tokenization.max_tensor_parallel_size``
+(default ``DEFAULT_MAX_TP``): a multiple of ``make_vocab_size_divisible_by x max_tensor_parallel_size``,
+the size LiBai gives at tp = max_tensor_parallel_size, on every tp that divides it.  A tp that does
+not divide it keeps LiBai's padding, with a warning naming the key to set.
+"""
+import logging
+
+from libai.config import try_get_key
+
+logger = logging.getLogger(__name__)
+
+KEY = "tokenization.max_tensor_parallel_size"
+DIVISOR_KEY = "tokenization.make_vocab_size_divisible_by"
+DEFAULT_MAX_TP = 8  # the GPUs of one node: the largest tensor-parallel group LiBai's own configs use
+
+
+def round_up(size, multiple):
+    return -(-int(size) // int(multiple)) * int(multiple)
+
+
+def max_tensor_parallel_size(cfg):
+    """``tokenization.max_tensor_parallel_size``, checked (a positive int)."""
+    value = try_get_key(cfg, KEY, default=None)
+    value = DEFAULT_MAX_TP if value is None else value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{KEY} must be an int >= 1 (the largest tensor-parallel size the model is trained on), "
+                         f"got {value!r}")
+    return value
+
+
+def padded_vocab_size(tokens, divisible_by, tensor_parallel_size, max_tp):
+    """``(rows, layout_invariant)``: the padded vocabulary for ``tokens`` and whether it is the same on
+    every tensor-parallel size dividing ``max_tp`` (else LiBai's padding for this tp)."""
+    if max_tp % tensor_parallel_size == 0:
+        return round_up(tokens, divisible_by * max_tp), True
+    return round_up(tokens, divisible_by * tensor_parallel_size), False
+
+
+def pad_vocabulary(cfg, tokenizer):
+    """Set ``model.cfg.vocab_size`` to the layout-invariant padding where LiBai padded it; returns it.
+
+    Call after LiBai's ``build_tokenizer`` (which set LiBai's padding); does nothing where LiBai
+    did not pad (no tokenizer, no ``model.cfg.vocab_size``, a tokenizer without ``padded_vocab_size``).
+    """
+    if tokenizer is None or not hasattr(tokenizer, "padded_vocab_size") or \
+            try_get_key(cfg, "model.cfg.vocab_size", default=None) is None:
+        return None
+    divisible_by = int(try_get_key(cfg, DIVISOR_KEY, default=1) or 1)
+    tp = int(try_get_key(cfg, "train.dist.tensor_parallel_size", default=1) or 1)
+    max_tp = max_tensor_parallel_size(cfg)
+    rows, invariant = padded_vocab_size(len(tokenizer), divisible_by, tp, max_tp)
+    if not invariant:
+        logger.warning(
+            f"{KEY}={max_tp} is not a multiple of train.dist.tensor_parallel_size={tp}: the vocabulary of "
+            f"{len(tokenizer)} tokens is padded to {rows} rows as LiBai pads it for this tp, so this layout trains "
+            f"another model (another embedding shape) than other tensor-parallel sizes; set {KEY} to a multiple of "
+            f"every tensor-parallel size the model is trained on (e.g. {KEY}={tp * max_tp})")
+    elif rows != cfg.model.cfg.vocab_size:
+        logger.info(f"vocabulary of {len(tokenizer)} tokens padded to {rows} rows ({DIVISOR_KEY}={divisible_by} x "
+                    f"{KEY}={max_tp}) on every tensor-parallel size dividing {max_tp}; LiBai pads it to "
+                    f"{cfg.model.cfg.vocab_size} at tp={tp}")
+    cfg.model.cfg.vocab_size = rows
+    return rows
