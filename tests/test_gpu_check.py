@@ -69,3 +69,22 @@ def test_cost_targets_fail_a_gpu_row(monkeypatch):
     with pytest.raises(gpu_check.CheckFailed, match=r"float32 failed: .*time 1.60x.*over \['time'\]"):
         gpu_check.check_mask_cost("cuda")
     assert "time 1.60x" in gpu_check.check_mask_cost("cpu")
+
+
+def test_graph_step_row_fails_over_its_target_on_gpus_only(monkeypatch, tmp_path):
+    """The graph-step row's arithmetic (stand-in step times: each launched run is one call of ``run``):
+    the plugin's median step over stock's, a failed row over 1.05x on GPUs, a report on CPU ranks."""
+    overhead = gpu_check.checkout_module("trainer_overhead")
+    launched = []
+
+    def fake_run(model, nproc, variant, iters, *args, graph, device, **kwargs):
+        launched.append((model, nproc, variant, graph, device))
+        step = {"stock": 1.0, "layout_invariant": 1.2}[variant]
+        warmup = gpu_check.COST_SIZES[device]["step_warmup"]
+        return [{"step_times": [9.0] * warmup + [step] * (iters - warmup)}]
+
+    monkeypatch.setattr(overhead, "run", fake_run)
+    with pytest.raises(gpu_check.CheckFailed, match=r"over 1.05x: .*1.200x"):
+        gpu_check.check_graph_step("cuda", str(tmp_path))
+    assert sorted(launched) == sorted([("gpt2", 1, v, True, "cuda") for v in ("stock", "layout_invariant")] * 2)
+    assert "1.200x (CPU ranks: no target applies)" in gpu_check.check_graph_step("cpu", str(tmp_path))
