@@ -50,7 +50,7 @@ GROUPS = [
      "*held* what a call's output and its saved-for-backward mask keep. On CPU the time target is read on CPU time, "
      "which a loaded host inflates less than wall time. The graph-mode steps (`benchmarks/trainer_overhead.py "
      "--graph`) run LiBai's models in graph mode under stock LiBai and under libai_ext. Every figure here is CPU.",
-     ["mask_cost", "trainer_overhead_gpt2_graph", "trainer_overhead_vit_graph"]),
+     ["mask_cost", "trainer_overhead_gpt2_graph", "trainer_overhead_vit_graph", "step_profile_gpt2_1ranks_graph"]),
     ("The layout-invariant pieces",
      "Each piece of `train.randomness=\"layout_invariant\"` against the path it replaces, side by side in one run.",
      ["randomness_cost", "generator_bijection", "param_init_cost", "loader_keying", "mixup_cost", "epoch_order"]),
