@@ -43,6 +43,17 @@ GROUPS = [
      ["trainer_overhead", "trainer_overhead_gpt2", "trainer_overhead_gpt2_8ranks",
       "trainer_overhead_gpt2_8ranks_5repeats", "trainer_overhead_gpt2_8ranks_10repeats",
       "trainer_overhead_gpt2_8ranks_10repeats_stock", "step_profile_gpt2_8ranks", "libai_zoo_step_time"]),
+    ("Dropout masks and graph steps",
+     "The layout-invariant mask against OneFlow's own dropout (`flow._C.dropout`) in one process "
+     "(`benchmarks/mask_cost.py`): *int ops* is the path GPU ranks and graphs take (OneFlow int32 ops, run here on "
+     "CPU tensors), *host loop* the C loop eager CPU ranks take. *peak* is one call's growth of the peak resident set, "
+     "*held* what a call's output and its saved-for-backward mask keep. On CPU the time verdict reads CPU time, "
+     "which a loaded host inflates less than wall time. The graph-mode steps (`benchmarks/trainer_overhead.py "
+     "--graph`) run LiBai's models with the config's graph (`libai_ext.engine.GraphBase`) under stock LiBai's "
+     "`DefaultTrainer` and under `ConsistentBatchTrainer`. Every figure here was measured on CPU; on a GPU, "
+     "`make gpu-check` measures the int-op path and the GPT-2 graph step.",
+     ["mask_cost", "trainer_overhead_gpt2_graph", "trainer_overhead_gpt2_graph_1rank_5repeats",
+      "trainer_overhead_vit_graph", "step_profile_gpt2_1ranks_graph"]),
     ("The layout-invariant pieces",
      "Each piece of `train.randomness=\"layout_invariant\"` against the path it replaces, side by side in one run.",
      ["randomness_cost", "generator_bijection", "param_init_cost", "loader_keying", "mixup_cost", "epoch_order"]),

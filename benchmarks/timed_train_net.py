@@ -9,8 +9,11 @@ for rank 0 only), and the load time (``next(loader)`` alone: reading and augment
 Outside stage 0, ``get_batch`` includes waiting for stage 0's batch to arrive.
 
 With ``PROFILE_FROM=<n>`` in the environment, each rank also runs Python's profiler from its
-``n``-th step to the end and writes ``<output_dir>/profile_rank<R>.out`` (``benchmarks/step_profile.py``).
+``n``-th step to the end and writes ``<output_dir>/profile_rank<R>.out`` (``benchmarks/step_profile.py``);
+in graph mode it also writes the train graph's ops on this rank, counted by type
+(``<output_dir>/graph_ops_rank<R>.json``).
 """
+import collections
 import cProfile
 import json
 import os
@@ -75,6 +78,18 @@ class PerRankProfile(HookBase):
     def after_train(self):
         self.profiler.disable()
         self.profiler.dump_stats(self.path)
+        graph = getattr(self.trainer, "graph_train", None)
+        if graph is not None:
+            with open(os.path.join(os.path.dirname(self.path), f"graph_ops_rank{dist.get_rank()}.json"), "w") as f:
+                json.dump(graph_op_counts(graph), f)
+
+
+def graph_op_counts(graph):
+    """``{op type: count}`` of a compiled ``nn.Graph``'s job on this rank (forward, backward, update)."""
+    counts = collections.Counter()
+    for op in graph._full_job_proto.net.op:
+        counts[op.user_conf.op_type_name if op.HasField("user_conf") else op.WhichOneof("op_type")] += 1
+    return dict(counts)
 
 
 def main():

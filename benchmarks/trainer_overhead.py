@@ -1,13 +1,19 @@
 """Stock DefaultTrainer vs ConsistentBatchTrainer (default path and stage-0-only loading).
 
-    .venv/bin/python benchmarks/trainer_overhead.py [--iters 60] [--repeats 2] [--ranks 2 4 8] [--model demo|gpt2]
-        [--variants stock consistent consistent+stage0-only layout_invariant] [--baseline CHECKOUT]
+    .venv/bin/python benchmarks/trainer_overhead.py [--iters 60] [--repeats 2] [--ranks 2 4 8]
+        [--model demo|gpt2|vit] [--graph] [--variants stock consistent consistent+stage0-only layout_invariant]
+        [--baseline CHECKOUT]
 
 Trains the demo model (configs/demo_pipeline_cpu.py, augmentation and mixup on, no evaluation),
-or with `--model gpt2` LiBai's GPT-2 pretraining (configs/libai_gpt2_cpu.py, every dropout on,
-fusions off: stock LiBai has no CPU kernel for them), on 2 ranks (pp2), 4 ranks (dp2 x pp2) and
-8 ranks (dp2 x tp2 x pp2).  The four variants run interleaved, `--repeats` times, in one
-invocation, each repeat starting one variant later (no variant always runs first or last).
+with `--model gpt2` LiBai's GPT-2 pretraining (configs/libai_gpt2_cpu.py, every dropout on,
+fusions off: stock LiBai has no CPU kernel for them), or with `--model vit` LiBai's ViT on the
+digits (configs/libai_vit_digits_cpu.py, dropout, drop-path and mixup on), on 1 rank, 2 ranks
+(pp2), 4 ranks (dp2 x pp2) and 8 ranks (dp2 x tp2 x pp2).  The variants run interleaved,
+`--repeats` times, in one invocation, each repeat starting one variant later (no variant always
+runs first or last).  With `--graph` every variant trains in graph mode (`graph.enabled=True`)
+with the graph the config names (`libai_ext.engine.GraphBase`): stock is LiBai's
+`DefaultTrainer` with that graph, launched, like every variant, through this project's
+train_net (benchmarks/timed_train_net.py).
 
 Reports per variant: rank 0's median step time (after `--warmup` iterations), its spread over
 the repeats and its ratios to stock and to the fast path that loads on stage 0 only; the CPU
@@ -32,10 +38,10 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from libai_ext.testing import launch  # noqa: E402
+from libai_ext.testing import MultiRankError, launch  # noqa: E402
 from report import header  # noqa: E402  benchmarks/report.py (scripts run from benchmarks/)
 
-LAYOUTS = {2: (1, 1, 2), 4: (2, 1, 2), 8: (2, 2, 2)}
+LAYOUTS = {1: (1, 1, 1), 2: (1, 1, 2), 4: (2, 1, 2), 8: (2, 2, 2)}
 # "consistent" variants: the pairing fix alone (train.randomness="fast": LiBai's sampler, OneFlow's init, local
 # mixup); "layout_invariant": the default, every piece of docs/layout_invariance.md on top.
 VARIANTS = {
@@ -57,26 +63,29 @@ MODELS = {
     "gpt2": lambda data: ["--config-file", os.path.join(ROOT, "configs", "libai_gpt2_cpu.py"),
                           f"text_data.root={data}/libai_text", "model.cfg.bias_dropout_fusion=False",
                           "model.cfg.scale_mask_softmax_fusion=False"],
+    "vit": lambda data: ["--config-file", os.path.join(ROOT, "configs", "libai_vit_digits_cpu.py"),
+                         f"dataloader.train.dataset.0.root.root={data}/digits"],
 }
+GRAPH = ["graph.enabled=True"]
 
 
 BASELINE = " (baseline)"
 
 
-def run(model, nproc, variant, iters, workdir, data, env=None, root=ROOT):
+def run(model, nproc, variant, iters, workdir, data, env=None, graph=False, device=None, timeout=900, root=ROOT):
     """One training run of ``variant`` (``root``: the checkout whose libai_ext, configs and timing script run)."""
     dp, tp, pp = LAYOUTS[nproc]
     output = os.path.join(workdir, f"{nproc}-{variant}".replace(BASELINE, "-baseline"))  # (a path Hydra takes)
     model_args = [arg.replace(ROOT, root) for arg in MODELS[model](data)]
-    args = [*model_args, *VARIANTS[variant.replace(BASELINE, "")],
+    args = [*model_args, *VARIANTS[variant.replace(BASELINE, "")], *(GRAPH if graph else []),
             f"train.train_iter={iters}", "train.evaluation.enabled=False", "train.log_period=1000",
             f"train.output_dir={output}",
             f"train.dist.data_parallel_size={dp}", f"train.dist.tensor_parallel_size={tp}",
             f"train.dist.pipeline_parallel_size={pp}"]
     if root != ROOT:  # the baseline checkout's libai_ext first on the ranks' path
         env = dict(env or os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
-    launch(os.path.join(root, "benchmarks", "timed_train_net.py"), nproc, args, timeout=900,
-           workdir=output + "-logs", env=env)
+    launch(os.path.join(root, "benchmarks", "timed_train_net.py"), nproc, args, timeout=timeout,
+           workdir=output + "-logs", env=env, device=device)
     timings = {}
     for rank in range(nproc):
         with open(os.path.join(output, f"timing_rank{rank}.json")) as f:
@@ -115,33 +124,51 @@ def combine(runs):
 
 
 def later_stages(by_stage):
-    return statistics.mean(v for stage, v in by_stage.items() if stage > 0)
+    """Mean over the stages after the first; None with one stage."""
+    values = [v for stage, v in by_stage.items() if stage > 0]
+    return statistics.mean(values) if values else None
+
+
+def ms(value, digits):
+    return "-" if value is None else f"{1e3 * value:.{digits}f}"
 
 
 def ratio(value, reference):
     return "-" if reference is None else f"{value / reference:.3f}"
 
 
-def table(results):
+def failure_reason(error):
+    """The line of a failed run's log that says why (OneFlow's check, or the exception)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    for marker in ("Check failed", "Error:", "Error"):
+        found = [line for line in lines if marker in line and "MultiRankError" not in line]
+        if found:
+            return found[0][:200]
+    return lines[0][:200] if lines else type(error).__name__
+
+
+def table(results, failures=None):
     lines = ["| ranks (dp,tp,pp) | trainer | step time (s) | min-max over repeats | step / stock | step / fast "
-             "| CPU s per step, all ranks | cores busy "
+             "| CPU s per step, all ranks | CPU / stock | cores busy "
              "| load ms, stage 0 | get_batch ms, stage 0 | load ms, other stages | other stages' load / stock "
              "| data_time ms, other stages | other stages' data_time / stock |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (nproc, variant), reason in sorted((failures or {}).items()):
+        lines.append(f"| {nproc} {LAYOUTS[nproc]} | {variant} | failed: {reason} |" + " - |" * 12)
     for nproc, by_variant in results.items():
-        stock_step, _, _, stock = by_variant.get("stock", (None, None, None, None))
+        stock_step, _, stock_cpu, stock = by_variant.get("stock", (None, None, None, None))
         fast_step = by_variant[FAST][0] if FAST in by_variant else None
         for variant, (step, steps, cpu, times) in by_variant.items():
             load, data = later_stages(times["load_times"]), later_stages(times["data_times"])
-            stock_load = later_stages(stock["load_times"]) if stock else None
-            stock_data = later_stages(stock["data_times"]) if stock else None
+            stock_load = later_stages(stock["load_times"]) if stock and load is not None else None
+            stock_data = later_stages(stock["data_times"]) if stock and data is not None else None
             lines.append(
                 f"| {nproc} {LAYOUTS[nproc]} | {variant} | {step:.3f} | {min(steps):.3f}-{max(steps):.3f} "
                 f"| {ratio(step, stock_step)} | {ratio(step, fast_step)} "
-                f"| {cpu:.2f} | {cpu / step:.2f} "
+                f"| {cpu:.2f} | {ratio(cpu, stock_cpu)} | {cpu / step:.2f} "
                 f"| {1e3 * times['load_times'][0]:.2f} "
-                f"| {1e3 * (times['data_times'][0] - times['load_times'][0]):.2f} | {1e3 * load:.3f} "
-                f"| {ratio(load, stock_load)} | {1e3 * data:.2f} | {ratio(data, stock_data)} |")
+                f"| {1e3 * (times['data_times'][0] - times['load_times'][0]):.2f} | {ms(load, 3)} "
+                f"| {ratio(load, stock_load)} | {ms(data, 2)} | {ratio(data, stock_data)} |")
     return "\n".join(lines)
 
 
@@ -151,7 +178,7 @@ def baseline_table(results, paired):
              "| per-repeat ratios |", "|---|---|---|---|---|---|"]
     for nproc, by_variant in results.items():
         for variant, (step, _, _, _) in by_variant.items():
-            if variant.endswith(BASELINE):
+            if variant.endswith(BASELINE) or variant + BASELINE not in by_variant:  # (a failed side has no ratio)
                 continue
             base = by_variant[variant + BASELINE][0]
             ratios = ", ".join(f"{r:.3f}" for r in paired[nproc][variant])
@@ -166,8 +193,9 @@ def title(args):
     ranks = " and ".join(", ".join(map(str, args.ranks)).rsplit(", ", 1))
     variants = "every trainer" if list(args.variants) == list(VARIANTS) else " vs ".join(args.variants)
     repeats = f"{args.repeats} repeat{'s' * (args.repeats > 1)}"
+    mode = ", graph mode" if args.graph else ""
     against = " against a baseline checkout" if args.baseline else ""
-    return f"Whole training step, {args.model} on {ranks} ranks: {variants}{against}, {repeats}"
+    return f"Whole training step{mode}, {args.model} on {ranks} ranks: {variants}{against}, {repeats}"
 
 
 def main():
@@ -177,6 +205,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--model", choices=sorted(MODELS), default="demo")
+    parser.add_argument("--graph", action="store_true",
+                        help="every variant in graph mode with the config's graph (stock: DefaultTrainer with it)")
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS),
                         help="default: all four (ratios to a variant left out read '-')")
     parser.add_argument("--out", default=None,
@@ -187,10 +217,10 @@ def main():
                              "table of the ratios (needs its compiled host kernel: `make setup` there, or copy "
                              "libai_ext/random/_counter_kernel*.so)")
     args = parser.parse_args()
-    suffix = "" if args.model == "demo" else f"_{args.model}"
+    suffix = ("" if args.model == "demo" else f"_{args.model}") + ("_graph" if args.graph else "")
     args.out = args.out or os.path.join(ROOT, "benchmarks", "results", f"trainer_overhead{suffix}.md")
     workdir = tempfile.mkdtemp(prefix="overhead-")
-    results, paired = {}, {}
+    results, failures, paired = {}, {}, {}
     variants = list(args.variants)
     if args.baseline:
         variants = [v for variant in variants for v in (variant, variant + BASELINE)]
@@ -198,22 +228,41 @@ def main():
         samples = {variant: [] for variant in variants}
         for repeat in range(args.repeats):
             for variant in rotated(variants, repeat):  # interleaved, so drift hits every variant alike
+                if (nproc, variant) in failures:
+                    continue
                 root = os.path.abspath(args.baseline) if variant.endswith(BASELINE) else ROOT
-                timings = run(args.model, nproc, variant, args.iters, os.path.join(workdir, f"r{repeat}"), workdir,
-                              root=root)
+                try:
+                    timings = run(args.model, nproc, variant, args.iters, os.path.join(workdir, f"r{repeat}"),
+                                  workdir, graph=args.graph, root=root)
+                except MultiRankError as error:  # a layout OneFlow cannot run: a row says so, the rest goes on
+                    failures[(nproc, variant)] = failure_reason(error)
+                    print(f"{nproc} ranks, {variant}, repeat {repeat}: failed: {failures[(nproc, variant)]}",
+                          flush=True)
+                    continue
                 samples[variant].append(summarize(timings, nproc, args.warmup))
                 step, cpu, _ = samples[variant][-1]
                 print(f"{nproc} ranks, {variant}, repeat {repeat}: step {step:.3f} s, CPU {cpu:.2f} s", flush=True)
-        results[nproc] = {variant: combine(runs) for variant, runs in samples.items()}
+        results[nproc] = {variant: combine(runs) for variant, runs in samples.items() if runs}
         paired[nproc] = {v: [a[0] / b[0] for a, b in zip(samples[v], samples[v + BASELINE])]
                          for v in args.variants} if args.baseline else {}
-    text = table(results)
+    text = table(results, failures)
     if args.baseline:
         text += "\n\nThis checkout against " + args.baseline + ":\n\n" + baseline_table(results, paired)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
-        f.write(header(title(args)) + text + "\n")
+        f.write(header(title(args)) + setting(args) + "\n\n" + text + "\n")
+    print(setting(args))
     print(text)
+
+
+def setting(args):
+    """What was compared, in words (the output says which graph stock ran)."""
+    from libai.version import __version__ as libai_version
+
+    mode = ("graph mode (graph.enabled=True): every variant, stock included, trains with the graph the config "
+            "names (libai_ext.engine.GraphBase); stock is LiBai's DefaultTrainer with it, launched through this "
+            "project's train_net (benchmarks/timed_train_net.py)" if args.graph else "eager mode")
+    return f"LiBai {libai_version}, {mode}."
 
 
 if __name__ == "__main__":

@@ -20,19 +20,21 @@ from scipy import stats
 
 from libai_ext.random import counter_spec as spec
 from libai_ext.random.counter_rng import (
-    call_keys, counter_bits, derive_keys, keep_mask, keep_threshold, local_counter_bits, stream_keys, stream_words,
+    call_keys, counter_bits, derive_keys, keep_mask, local_counter_bits, local_keep_mask, step_hash, stream_keys,
+    stream_words,
 )
 from libai_ext.random.global_index import StepRows
 
 KEYS = derive_keys(1234, "probe", 3)
 
 
-def spec_bits(indices, keys=KEYS):
-    """The specification's bits of ``indices`` (uint64 array, may exceed 2**32), as signed int32."""
+def spec_bits(indices, keys=KEYS, permutation=spec.permute):
+    """The specification's bits of ``indices`` (uint64 array, may exceed 2**32), as signed int32
+    (``permutation``: ``spec.permute``, or ``spec.mask_permute`` for the words masks read)."""
     indices = np.asarray(indices, dtype=np.uint64)
     flat = indices.reshape(-1)  # (numpy scalars do not mix with Python ints in & as arrays do)
     unsigned = [np.uint64(k & spec.MASK32) for k in keys]
-    out = spec.permute(flat & np.uint64(spec.MASK32), unsigned, flat >> np.uint64(32))
+    out = permutation(flat & np.uint64(spec.MASK32), unsigned, flat >> np.uint64(32))
     return ((out.astype(np.int64) + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32).reshape(indices.shape)
 
 
@@ -128,14 +130,20 @@ def test_micro_batches_draw_their_part_of_the_step(acc, dp):
     assert checked == acc * (dp + 1)
 
 
+def keys_from_a_step_tensor(seed, stream, step, call):
+    """What a graph computes: the step hash from an int32 step tensor, then the draw's keys."""
+    hashed = step_hash(seed, flow.tensor([step], dtype=flow.int32))
+    return tuple(int(k.item()) if isinstance(k, flow.Tensor) else k
+                 for k in call_keys(stream_words(seed, stream), hashed, call))
+
+
 def test_host_keys_equal_keys_from_a_step_tensor():
     """Eager layers hash (step, call) on the host, graphs from an int32 step tensor."""
     checked = 0
     for step in (0, 1, 77, 2 ** 24 + 1, 2 ** 31 - 1):
         for call in (0, 1, 9):
             host = stream_keys(1234, "blocks.0.drop", step, call)
-            traced = call_keys(stream_words(1234, "blocks.0.drop"), flow.tensor([step], dtype=flow.int32), call)
-            assert host == tuple(int(k.item()) for k in traced), (step, call)
+            assert host == keys_from_a_step_tensor(1234, "blocks.0.drop", step, call), (step, call)
             assert host[0] % 2 and all(d % 2 for d in host[2:]), "C and the d's must be odd"
             checked += 1
     assert checked == 15
@@ -177,6 +185,21 @@ def test_the_quadratic_is_a_permutation_and_the_old_round_is_not():
 def test_no_two_elements_of_a_call_share_their_bits():
     bits = counter_bits((2 ** 24,), KEYS).numpy()
     assert len(np.unique(bits)) == 2 ** 24
+
+
+def test_the_masks_rounds_match_the_int32_ops_and_lose_few_words():
+    """The masks' R (``x * 2**16 + trunc(x / 2**16)``, one ``//``) from int32 ops is the specification's on
+    the edge words; it is no bijection, but over 2**22 consecutive indices at most a handful of words
+    repeat (2**16 - 1 meeting pairs of 2**32 per round: about 0.1 expected)."""
+    from libai_ext.random.counter_rng import rotate_trunc
+
+    words = edge_words().astype(np.uint64)
+    signed = flow.tensor(((words.astype(np.int64) + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32))
+    np.testing.assert_array_equal(rotate_trunc(signed).numpy().astype(np.int64) % 2 ** 32,
+                                  spec.rotate_trunc(words).astype(np.int64))
+    assert [spec.rotate_trunc(int(w)) for w in words[:1000]] == spec.rotate_trunc(words[:1000]).tolist()
+    masks = spec_bits(np.arange(2 ** 22, dtype=np.uint64), permutation=spec.mask_permute)
+    assert len(np.unique(masks)) >= 2 ** 22 - 8
 
 
 # ---- random ----------------------------------------------------------------------------------------
@@ -226,41 +249,45 @@ def assert_random(words, what):
     return results
 
 
+@pytest.mark.parametrize("permutation", ["permute", "mask_permute"])
 @pytest.mark.parametrize("stride", [1, 4, 2 ** 8, 2 ** 12])
-def test_battery_on_consecutive_and_strided_indices(stride):
+def test_battery_on_consecutive_and_strided_indices(stride, permutation):
     """>= 10**8 bits per case (2**22 words): one call's elements along a row (stride 1), and down
-    a column of a matrix whose rows are 4 ... 4096 elements long."""
+    a column of a matrix whose rows are 4 ... 4096 elements long; the permutation and the masks' words."""
     count = 2 ** 22 if stride < 2 ** 12 else 2 ** 20
     indices = np.arange(count, dtype=np.uint64) * np.uint64(stride)
-    words = spec_bits(indices)
+    words = spec_bits(indices, permutation=getattr(spec, permutation))
     assert words.size * 32 >= (10 ** 8 if stride < 2 ** 12 else 3 * 10 ** 7)
-    assert_random(words, f"stride {stride}")
+    assert_random(words, f"{permutation}, stride {stride}")
 
 
 def test_battery_across_calls_and_layers():
-    """Element 0 to 15 of 2**18 consecutive steps of one layer, and of 2**18 layers at one step."""
+    """Element 0 to 15 of 2**14 consecutive steps of one layer, of 2**14 layers at one step, and of
+    2**14 calls of one layer at one step (keys from one step hash, affine in it)."""
     steps = [stream_keys(7, "blocks.0.drop", step) for step in range(2 ** 14)]
     layers = [stream_keys(7, f"blocks.{layer}.drop", 0) for layer in range(2 ** 14)]
+    calls = [stream_keys(7, "blocks.0.drop", 3, call) for call in range(2 ** 14)]
     checked = 0
-    for what, keys in (("steps", steps), ("layers", layers)):
+    for what, keys in (("steps", steps), ("layers", layers), ("calls", calls)):
         columns = [np.array(k, dtype=np.int64) & spec.MASK32 for k in zip(*keys)]
-        words = np.concatenate([spec.permute(np.full(len(keys), i, dtype=np.uint64),
-                                             [c.astype(np.uint64) for c in columns]) for i in range(16)])
+        words = np.concatenate([spec.mask_permute(np.full(len(keys), i, dtype=np.uint64),
+                                                  [c.astype(np.uint64) for c in columns]) for i in range(16)])
         assert_random(words, what)
         checked += 1
-    assert checked == 2
+    assert checked == 3
 
 
 def test_every_position_drops_at_its_rate_index_0_included():
-    """Over 20,000 steps of one layer, each of 64 positions is dropped at p = 0.1 within 5 sigma
-    (the previous generator never dropped position 0: its hash fixed 0)."""
+    """Over 20,000 steps of one layer, each of 64 mask positions (both halves of 32 words) is
+    dropped at p = 0.1 within 5 sigma (an older generator never dropped position 0: its hash fixed 0)."""
     rate, steps, positions = 0.1, 20000, 64
     keys = [stream_keys(7, "blocks.0.drop", step) for step in range(steps)]
     columns = [np.array(k, dtype=np.int64) & spec.MASK32 for k in zip(*keys)]
-    dropped = np.stack([spec.permute(np.full(steps, i, dtype=np.uint64), [c.astype(np.uint64) for c in columns])
-                        for i in range(positions)])
-    signed = (dropped.astype(np.int64) + 2 ** 31) % 2 ** 32 - 2 ** 31
-    rates = (signed < keep_threshold(rate)).mean(axis=1)
+    words = np.stack([spec.mask_permute(np.full(steps, i, dtype=np.uint64), [c.astype(np.uint64) for c in columns])
+                      for i in range(positions // 2)])
+    level = spec.keep_level(rate)
+    dropped = np.concatenate([~spec.keep(words, False, level), ~spec.keep(words, True, level)])
+    rates = dropped.mean(axis=1)
     z = (rates - rate) / np.sqrt(rate * (1 - rate) / steps)
     assert len(z) == positions
     assert np.abs(z).max() < 5, f"position {int(np.abs(z).argmax())} drops at {rates[np.abs(z).argmax()]:.4f}"
@@ -286,6 +313,144 @@ def test_a_mask_keeps_at_its_rate_and_its_neighbours_are_independent():
     for a, b in ((mask[:, 1:], mask[:, :-1]), (mask[1:], mask[:-1])):
         corr = np.corrcoef(a.ravel().astype(float), b.ravel().astype(float))[0, 1] * np.sqrt(a.size)
         assert abs(corr) < 5
+
+
+# ---- dropout masks: two 16-bit elements per word ---------------------------------------------------
+
+def spec_mask(shape, rate, keys=KEYS, rows=None):
+    """``counter_spec.keep`` for every element of a whole mask of ``shape`` (``rows``: a
+    ``(micro_batches, micro, blocks)`` step layout of dim 0, as ``StepRows``)."""
+    shape = tuple(shape)
+    n_rows, columns = spec.mask_columns(shape)
+    row = np.arange(n_rows, dtype=np.uint64)
+    if rows is not None:
+        micro_batches, micro, blocks = rows
+        per_row = n_rows // shape[0]
+        dim0 = np.arange(shape[0])
+        size = shape[0] // blocks
+        position = (dim0 // size * micro_batches + micro) * size + dim0 % size
+        row = (position[:, None] * per_row + np.arange(per_row)[None, :]).ravel().astype(np.uint64)
+    column = np.arange(columns, dtype=np.uint64)
+    word, low = spec.mask_word(row[:, None], column[None, :], columns)
+    unsigned = [np.uint64(k & spec.MASK32) for k in keys]
+    flat = word.reshape(-1)
+    bits = spec.mask_permute(flat & np.uint64(spec.MASK32), unsigned, flat >> np.uint64(32)).reshape(word.shape)
+    return spec.keep(bits, np.broadcast_to(low, bits.shape), spec.keep_level(rate)).reshape(shape)
+
+
+# (keys, shape, rate, kept elements in C order as a bit string): pinned from counter_spec; the
+# first is worked by hand in test_mask_known_answers.
+MASK_KNOWN_ANSWERS = [
+    ((1, 0, 1, 1, 1), (2, 3), 0.5, "101001"),
+    ((0x9E3779B1, 0x7F4A7C15, 0x85EBCA6B, 0xC2B2AE35, 0x27D4EB2F), (3, 5), 0.3, "100101011111110"),
+]
+
+
+@pytest.mark.parametrize("keys, shape, rate, expected", MASK_KNOWN_ANSWERS)
+def test_mask_known_answers(keys, shape, rate, expected):
+    """Row r of N columns reads words r * W ... r * W + W - 1 (W = ceil(N/2)): column c < W the high
+    half of word c, column c >= W the low half of word c - W.  By hand for keys (1, 0, 1, 1, 1), 2 x 3
+    at p = 0.5 (kept where the half's top bit is 0): the words of indices 0-3 are 0, 0xFFFD0000,
+    0xFFF60000, 0xFFEB0000 (``mask_permute``; no negative word that is not a multiple of 2**16 meets
+    ``rotate_trunc`` on the way, so they are ``permute``'s, worked in test_known_answers); row 0 reads the high halves of
+    words 0 and 1 (kept, dropped) and the low half of word 0 (kept); row 1 the high halves of words 2
+    and 3 (dropped, dropped) and the low half of word 2 (kept): 101001."""
+    got = "".join("1" if k else "0" for k in spec_mask(shape, rate, keys).ravel())
+    assert got == expected
+    signed = tuple(spec.to_signed(k) for k in keys)
+    assert "".join("1" if k else "0" for k in keep_mask(shape, rate, signed).numpy().ravel()) == expected
+
+
+MASK_BOXES = [
+    ((7,), (0,), (7,)), ((7,), (2,), (5,)), ((), (), ()), ((64, 12), (1, 3), (3, 4)), ((64, 13), (0, 3), (64, 12)),
+    ((64, 13), (5, 0), (9, 13)), ((4, 5, 6, 7), (1, 0, 2, 1), (3, 5, 3, 6)), ((4, 5, 6, 7), (0, 2, 0, 0), (4, 3, 6, 7)),
+    ((9, 1), (2, 0), (7, 1)), ((3, 2 ** 12 + 1), (1, 1), (3, 2 ** 12 + 1)),
+]
+
+
+def _three_paths(monkeypatch, shape, lo, hi, rate, rows=None, chunk=None):
+    """A mask box from the host loop, from the int32 ops (as on a GPU), and from the int32 ops hashed in
+    chunks of ``chunk`` words."""
+    from libai_ext.random import counter_rng
+
+    kernel()
+    host = local_keep_mask(shape, lo, hi, KEYS, rate, "cpu", rows).numpy()
+    with monkeypatch.context() as patch:
+        patch.setattr(counter_rng, "_counter_kernel", None)
+        ops = local_keep_mask(shape, lo, hi, KEYS, rate, "cpu", rows).numpy()
+        patch.setattr(counter_rng, "CHUNK_WORDS", {"cpu": chunk or 3})
+        chunked = local_keep_mask(shape, lo, hi, KEYS, rate, "cpu", rows).numpy()
+    return host, ops, chunked
+
+
+@pytest.mark.parametrize("shape, lo, hi", MASK_BOXES)
+def test_mask_boxes_are_the_specifications_on_both_paths(monkeypatch, shape, lo, hi):
+    """The host loop (eager CPU ranks) and the int32 ops (graphs, GPUs), whole and in chunks, give the
+    specification's bits for any box: odd columns, odd cuts, 1-D (one column) and 0-d masks."""
+    expected = spec_mask(shape, 0.3)[tuple(slice(a, b) for a, b in zip(lo, hi))]
+    host, ops, chunked = _three_paths(monkeypatch, shape, lo, hi, 0.3)
+    for name, got in (("host loop", host), ("int32 ops", ops), ("int32 ops in chunks", chunked)):
+        assert got.dtype == np.bool_ and got.shape == expected.shape, name
+        np.testing.assert_array_equal(got, expected, err_msg=name)
+    assert 0 < expected.sum() < expected.size or expected.size < 3
+
+
+@pytest.mark.parametrize("rows", [(2, 1, 2), (3, 2, 1), (4, 0, 2)])
+def test_mask_rows_of_a_micro_batch_are_the_steps_on_both_paths(monkeypatch, rows):
+    """Under gradient accumulation a micro-batch's rows are numbered by their place in the step."""
+    micro_batches, micro, blocks = rows
+    shape = (2 * blocks, 3, 5)
+    step = spec_mask(shape, 0.4, rows=rows)
+    checked = 0
+    for lo, hi in (((0, 0, 0), shape), ((blocks, 1, 0), (2 * blocks, 3, 5)), ((0, 0, 1), (2 * blocks, 3, 4))):
+        expected = step[tuple(slice(a, b) for a, b in zip(lo, hi))]
+        for got in _three_paths(monkeypatch, shape, lo, hi, 0.4, StepRows(*rows), chunk=4):
+            np.testing.assert_array_equal(got, expected)
+            checked += 1
+    traced = keep_mask(shape, 0.4, KEYS, rows=StepRows(micro_batches, flow.tensor([micro], dtype=flow.int32), blocks))
+    np.testing.assert_array_equal(traced.numpy(), step)
+    assert checked == 9
+
+
+@pytest.mark.parametrize("shape", [(64, 12), (5, 7, 3), (11,)])
+def test_whole_masks_from_global_ops_are_the_specifications(shape):
+    """What a graph traces (global ops on the whole tensor) draws the eager masks."""
+    placement = flow.placement("cpu", ranks=[0])
+    got = keep_mask(shape, 0.3, KEYS, placement, [flow.sbp.broadcast]).to_local().numpy()
+    np.testing.assert_array_equal(got, spec_mask(shape, 0.3))
+    np.testing.assert_array_equal(keep_mask(shape, 0.3, KEYS).numpy(), spec_mask(shape, 0.3))
+
+
+def test_mask_rates_are_multiples_of_two_to_the_minus_16():
+    """p is rounded to a multiple of 2**-16: exact over the 2**16 values of a half; 1 drops all, 0 none."""
+    values = np.arange(2 ** 16, dtype=np.uint64)
+    words = values << np.uint64(16)  # every high half once
+    checked = 0
+    for rate in (0.1, 0.5, 1e-6, 2 ** -16, 0.999999, 1.0, 0.0):
+        level = spec.keep_level(rate)
+        dropped = int(np.count_nonzero(~spec.keep(words, False, level)))
+        assert dropped == level == round(rate * 2 ** 16), rate
+        checked += 1
+    assert checked == 7
+    assert not keep_mask((4, 6), 1.0, KEYS).numpy().any() and keep_mask((4, 6), 0.0, KEYS).numpy().all()
+
+
+def test_the_two_halves_of_a_word_are_independent():
+    """Columns 2k and 2k+1 read one word: over 2**22 words, P(both dropped) = p**2 within 5 sigma
+    at p = 0.5 and 0.1, and the halves are uncorrelated."""
+    words = spec_bits(np.arange(2 ** 22, dtype=np.uint64), permutation=spec.mask_permute).astype(np.int64) % 2 ** 32
+    words = words.astype(np.uint64)
+    checked = 0
+    for rate in (0.5, 0.1):
+        level = spec.keep_level(rate)
+        high, low = ~spec.keep(words, False, level), ~spec.keep(words, True, level)
+        both = np.mean(high & low)
+        p2 = (level / 2 ** 16) ** 2
+        assert abs(both - p2) / np.sqrt(p2 * (1 - p2) / words.size) < 5, (rate, both, p2)
+        corr = np.corrcoef(high, low)[0, 1] * np.sqrt(words.size)
+        assert abs(corr) < 5, (rate, corr)
+        checked += 1
+    assert checked == 2
 
 
 # ---- the host kernel (eager CPU masks) ---------------------------------------------------------------
@@ -314,27 +479,29 @@ def test_the_host_kernel_computes_the_specifications_bits(shape, lo, hi):
     np.testing.assert_array_equal(out, expected)
 
 
-@pytest.mark.parametrize("rows", [None, (2, 1, 2)])
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_host_masks_equal_the_int32_ops_masks(monkeypatch, rows, dtype):
-    """Eager CPU ranks draw with the host kernel, graphs and GPUs with int32 ops: one mask."""
-    from libai_ext.random import counter_rng
-
-    kernel()
-    dtype = getattr(flow, dtype)
-    rows = StepRows(*rows) if rows else None
-    shape, lo, hi = (8, 6, 5), (2, 1, 0), (6, 5, 5)
-    host = counter_rng.local_keep_mask(shape, lo, hi, KEYS, 0.3, 1 / 0.7, "cpu", dtype, rows)
-    monkeypatch.setattr(counter_rng, "_counter_kernel", None)
-    ops = counter_rng.local_keep_mask(shape, lo, hi, KEYS, 0.3, 1 / 0.7, "cpu", dtype, rows)
-    assert host.dtype == ops.dtype == dtype
-    np.testing.assert_array_equal(host.numpy(), ops.numpy())
-    assert 0 < np.count_nonzero(host.numpy()) < host.numpy().size
+def test_masks_past_two_to_the_32_words_match_the_specification(monkeypatch):
+    """A global mask of 2**34 elements (2**33 words; its shards small): the word's high index counts,
+    on both paths."""
+    shape, lo, hi = (2 ** 21, 2 ** 13), (2 ** 21 - 2, 6), (2 ** 21, 11)
+    row = np.arange(lo[0], hi[0], dtype=np.uint64)[:, None]
+    column = np.arange(lo[1], hi[1], dtype=np.uint64)[None, :]
+    word, low = spec.mask_word(row, column, shape[1])
+    bits = (spec_bits(word, permutation=spec.mask_permute).astype(np.int64) % 2 ** 32).astype(np.uint64)
+    expected = spec.keep(bits, np.broadcast_to(low, bits.shape), spec.keep_level(0.5))
+    for got in _three_paths(monkeypatch, shape, lo, hi, 0.5):
+        np.testing.assert_array_equal(got, expected)
+    low_only = spec_bits(word & np.uint64(spec.MASK32), permutation=spec.mask_permute).astype(np.int64) % 2 ** 32
+    assert not np.array_equal(bits, low_only), "the high word changed nothing"
 
 
 def test_the_host_kernel_refuses_bad_buffers():
-    with pytest.raises(ValueError, match="float32 or float64 buffer of 6 elements"):
-        kernel().keep_mask(np.empty(5, np.float32), [np.arange(6, dtype=np.int64)], [1, 0, 1, 1, 1], 0, 1.0)
+    terms = [np.arange(2, dtype=np.int64), np.arange(3, dtype=np.int64)]
+    with pytest.raises(ValueError, match="1-byte buffer of 6 elements"):
+        kernel().keep_mask(np.empty(5, np.bool_), terms, [1, 0, 1, 1, 1], 0, 3)
+    with pytest.raises(ValueError, match="at least 2 dimensions"):
+        kernel().keep_mask(np.empty(6, np.bool_), [np.arange(6, dtype=np.int64)], [1, 0, 1, 1, 1], 0, 6)
+    with pytest.raises(ValueError, match=r"columns must lie in \[0, 2\)"):
+        kernel().keep_mask(np.empty(6, np.bool_), terms, [1, 0, 1, 1, 1], 0, 2)
     with pytest.raises(TypeError, match="int64"):
         kernel().bits(np.empty(6, np.int32), [np.arange(6, dtype=np.int32)], [1, 0, 1, 1, 1])
     with pytest.raises(ValueError, match=r"\(C, a, d1, d2, d3\)"):

@@ -274,15 +274,17 @@ def test_host_keys_equal_the_keys_hashed_from_a_step_tensor():
     for steps whose hash passes through negative values (OneFlow's ``//`` truncates)."""
     import oneflow as flow
 
-    from libai_ext.random.counter_rng import call_keys, stream_keys, stream_words
+    from libai_ext.random.counter_rng import call_keys, step_hash, stream_keys, stream_words
 
     steps = [0, 1, 2, 3, 1000, 123457, 2 ** 24 + 1, 2 ** 31 - 1]
     checked = 0
     for stream in ("layers.0.drop", "head.drop_path"):
         for step in steps:
+            hashed = step_hash(1234, flow.tensor([step], dtype=flow.int32))
             for call in (0, 5):
-                tensor_keys = call_keys(stream_words(1234, stream), flow.tensor([step], dtype=flow.int32), call)
-                assert stream_keys(1234, stream, step, call) == tuple(int(k.item()) for k in tensor_keys), (stream, step)
+                tensor_keys = tuple(int(k.item()) if isinstance(k, flow.Tensor) else k
+                                    for k in call_keys(stream_words(1234, stream), hashed, call))
+                assert stream_keys(1234, stream, step, call) == tensor_keys, (stream, step)
                 checked += 1
     assert checked == 32
 
@@ -321,6 +323,159 @@ def test_gradient_is_the_mask_scaled(mode, as_global):
     y, grad = y.numpy(), x.grad.numpy()
     np.testing.assert_allclose(np.unique(y), [0.0, 1 / 0.75], rtol=1e-6)
     np.testing.assert_allclose(grad, y)
+
+
+# ---- what a call computes: OneFlow's kernel, bit for bit ------------------------------------------
+
+def _native_dropout(x, p):
+    from libai_ext.layers import stochastic
+
+    generator = flow.Generator()
+    generator.manual_seed(11)
+    return stochastic._native_dropout(x, p, True, False, generator)  # OneFlow's own, never routed
+
+
+def _special_values(shape):
+    """Normal values, with signed zeros and infinities among them (dropped: x * 0 keeps the sign, NaN)."""
+    values = np.random.default_rng(5).standard_normal(shape).astype(np.float32) * 100
+    flat = values.reshape(-1)
+    flat[::97], flat[1::97], flat[2::97], flat[3::97] = np.inf, -np.inf, -0.0, 0.0
+    return values
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_outputs_equal_oneflows_dropout_kernel_bit_for_bit(dtype):
+    """Wherever OneFlow's CPU kernel and the layer decide alike, the same bits: kept, ``x`` times
+    ``1.0f / (1.0f - p)`` computed in float32; dropped, ``x * 0`` (a signed zero, NaN for an
+    infinity).  The layer's previous scale, ``1 / (1 - p)`` rounded from double, is seen to differ
+    from the kernel's at some of these rates."""
+    from libai_ext.layers import Dropout
+
+    x = flow.tensor(_special_values((128, 96))).to(getattr(flow, dtype))
+    values = x.numpy()
+    infinite = np.isinf(values)
+    counts = {"kept": 0, "dropped": 0, "infinities dropped": 0}
+    old_rule_differs = 0
+    for p in (0.1, 0.3, 0.45, 0.7, 0.9):
+        ours = Dropout(p, randomness="layout_invariant").train()(x).numpy()
+        theirs = _native_dropout(x, p).numpy()
+        decided = [np.where(infinite, ~np.isnan(out), out != 0) for out in (ours, theirs)]
+        agree = decided[0] == decided[1]
+        assert ours[agree].tobytes() == theirs[agree].tobytes(), f"p={p}"
+        counts["kept"] += int((agree & decided[0]).sum())
+        counts["dropped"] += int((agree & ~decided[0] & (values != 0)).sum())
+        counts["infinities dropped"] += int((agree & ~decided[0] & infinite).sum())
+        kept = agree & decided[0] & np.isfinite(values)
+        old = values[kept] * np.asarray(np.float32(1 / (1 - p)), dtype=values.dtype)
+        old_rule_differs += int(old.tobytes() != theirs[kept].tobytes())
+    assert min(counts.values()) > 20, counts
+    assert old_rule_differs > 0, "the previous scale matched the kernel at every rate: the test cannot fail"
+
+
+def test_float16_kept_values_are_the_cuda_kernels():
+    """OneFlow 0.9.0 has no CPU dropout kernel for float16 (refused here); its CUDA kernel multiplies
+    in float16 by the float32 scale rounded to float16: kept = round(x * round(1.0f / (1.0f - p))),
+    which the layer computes on every device (``make gpu-check`` compares with the kernel on a GPU)."""
+    from libai_ext.layers import Dropout
+
+    with pytest.raises(Exception, match="Cannot find the kernel"):
+        _native_dropout(flow.ones(4, dtype=flow.float16), 0.1).numpy()
+    values = np.random.default_rng(6).standard_normal((32, 64)).astype(np.float16)
+    x = flow.tensor(values)
+    checked = 0
+    for p in (0.1, 0.3, 0.7):
+        scale = np.float16(np.float32(1.0) / (np.float32(1.0) - np.float32(p)))
+        ours = Dropout(p, randomness="layout_invariant").train()(x).numpy()
+        kept = ours != 0
+        assert 0 < kept.sum() < kept.size
+        assert ours[kept].tobytes() == (values * scale)[kept].tobytes()  # numpy rounds float16 products once
+        float32_then_cast = (values.astype(np.float32) * np.float32(1.0 / (1 - p))).astype(np.float16)
+        checked += int(float32_then_cast[kept].tobytes() != ours[kept].tobytes())
+    assert checked > 0, "scaling in float32 then casting gave the same values: the test cannot tell the rules apart"
+
+
+def test_bfloat16_has_no_cpu_kernels_in_oneflow():
+    """Where OneFlow 0.9.0 lacks the CPU kernels (bfloat16: no dropout, not even a product), the layer
+    cannot run on CPU either; ``make gpu-check`` compares its kept values with the CUDA kernel's."""
+    x = flow.ones(4).to(flow.bfloat16)
+    for what in (lambda: _native_dropout(x, 0.1), lambda: x * x):
+        with pytest.raises(Exception, match="Cannot find the kernel"):
+            what().numpy()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_rate_one_drops_everything_as_stock_and_rate_zero_returns_the_input(mode):
+    """p = 1 (Dropout, a converted ``nn.Dropout(1.0)``, LiBai's ``DropPath(1.0)`` converted) gives
+    ``x * 0`` like OneFlow's dropout and LiBai main's DropPath (0.1.1's divides by 0: NaN), zero
+    gradients; p = 0 returns the input itself."""
+    import libai.layers
+
+    from libai_ext.layers import DropPath, Dropout, convert_stochastic_layers
+
+    x = _one_rank_global(flow.tensor(_special_values((8, 16))))  # LiBai's DropPath reads x.sbp
+    expected = (x * 0).numpy()
+    np.testing.assert_array_equal(_native_dropout(x, 1.0).numpy(), expected)  # OneFlow's kernel: x * 0 too
+    model = flow.nn.Sequential(flow.nn.Dropout(1.0), libai.layers.DropPath(1.0))
+    stock = model.train()(x).numpy()
+    convert_stochastic_layers(model)
+    assert [type(m).__name__ for m in model] == ["Dropout", "DropPath"]
+    for layer in (Dropout(1.0, randomness=mode), DropPath(1.0, randomness=mode), model):
+        xg = _one_rank_global(flow.tensor(x.numpy())).requires_grad_()
+        y = layer.train()(xg)
+        y.sum().backward()
+        assert y.numpy().tobytes() == expected.tobytes(), type(layer).__name__
+        assert not np.any(xg.grad.numpy()), type(layer).__name__
+    assert stock.tobytes() == expected.tobytes() or np.isnan(stock).all()  # main: x * 0; 0.1.1: NaN
+    for layer in (Dropout(0.0, randomness=mode), DropPath(0.0, randomness=mode)):
+        assert layer.train()(x) is x
+
+
+def test_drop_path_kept_values_are_libais():
+    """Kept samples are ``x * (1 / keep_prob)`` with the quotient in float32, as LiBai main's DropPath
+    (0.1.1's ``x.div(keep_prob)`` rounds the quotient per element: within one unit in the last place)."""
+    import libai.layers
+
+    from libai_ext.layers import DropPath
+
+    values = np.random.default_rng(7).standard_normal((64, 3, 5)).astype(np.float32)
+    x = _one_rank_global(flow.tensor(values))
+    checked = 0
+    for p in (0.1, 0.3, 0.7):
+        expected = values * (np.float32(1.0) / np.float32(1.0 - p))
+        ours = DropPath(p, randomness="layout_invariant").train()(x).numpy()
+        kept = ours.reshape(64, -1).any(axis=1)
+        assert 0 < kept.sum() < 64
+        assert ours[kept].tobytes() == expected[kept].tobytes()
+        flow.manual_seed(3)
+        stock = libai.layers.DropPath(p).train()(x).numpy()
+        both = kept & stock.reshape(64, -1).any(axis=1)
+        np.testing.assert_allclose(stock[both], ours[both], rtol=1.2e-7, atol=0)
+        checked += 1
+    assert checked == 3
+
+
+@pytest.mark.parametrize("as_global", [False, True])
+def test_backward_keeps_a_one_byte_mask(monkeypatch, as_global):
+    """What autograd saves for a layout-invariant dropout is the bool mask (1 byte an element, as
+    OneFlow's kernel keeps), not ``m`` in x's dtype; the gradient is still ``m``."""
+    from libai_ext.layers import Dropout, stochastic
+
+    saved = []
+    function = stochastic._scale_kept(stochastic.dropout_scale(0.25))
+    forward = function.forward
+
+    def recording(ctx, x, keep):
+        out = forward(ctx, x, keep)
+        saved.append([(t.dtype, tuple(t.shape)) for t in ctx.saved_tensors])
+        return out
+
+    monkeypatch.setattr(function, "forward", staticmethod(recording))
+    x = flow.ones(16, 32)
+    x = (_one_rank_global(x) if as_global else x).requires_grad_()
+    y = Dropout(0.25, randomness="layout_invariant").train()(x)
+    y.sum().backward()
+    assert saved == [[(flow.bool, (16, 32))]]
+    np.testing.assert_array_equal(x.grad.numpy(), y.numpy())
 
 
 @pytest.mark.parametrize("mode", MODES)

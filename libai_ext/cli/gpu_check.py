@@ -12,12 +12,19 @@ import time
 from .common import ToolParser, checkout_root, epilog, module_target, rank_environ
 
 DESCRIPTION = """\
-Check libai_ext on this machine's GPUs (about 5 minutes; every launched job has a hard timeout,
-and the whole check stops after 9 minutes).  Prints one table row per check:
+Check libai_ext on this machine's GPUs (about 10 minutes; every launched job has a hard timeout,
+and the whole check stops after 15 minutes).  Prints one table row per check:
 
 on 1 GPU:
   masks    libai_ext.layers masks (the counter-based values, Dropout, DropPath) drawn on CUDA
            equal the CPU ones bit for bit;
+  mask cost  the layout-invariant mask (OneFlow int32 ops, the path GPUs and graphs take) against
+           OneFlow's own dropout (flow._C.dropout) on a 2**24-element tensor, float32, float16,
+           bfloat16: time and peak memory of a call, memory held for backward, and the kept values
+           bit for bit; PASS within 1.5x the time, 1.25x the peak and the held memory (1 %);
+  graph step  LiBai's GPT-2 (configs/libai_gpt2_cpu.py) in graph mode, ConsistentBatchTrainer
+           against LiBai's DefaultTrainer with the same graph, two interleaved runs each; PASS
+           within 1.05x stock's median step (its text data need LiBai's source: $LIBAI_MAIN_ARCHIVE);
   resume   configs/demo_pipeline_cpu.py trains on 1 CUDA rank, and a run stopped after iteration
            K-1 and resumed repeats the uninterrupted run's raw per-iteration losses exactly;
   generators  on each rank (1, or 2 where there are 2 GPUs), seeding, random-state capture and
@@ -49,18 +56,26 @@ EXAMPLES = (
     "# installed: point it at the checkout, keep the logs in /tmp",
     "libai-ext-gpu-check --repo ~/libai_ext --workdir /tmp/gpu-check",
     "",
-    "# the same checks on CPU ranks (how the test suite exercises this tool)",
+    "# the same checks on CPU ranks (how the test suite exercises this tool; no cost target applies)",
     "libai-ext-gpu-check --device cpu",
 )
 
 CHECKOUT_FILES = {"demo": os.path.join("configs", "demo_pipeline_cpu.py"),
                   "pairing": os.path.join("tests", "rank_scripts", "pairing.py"),
-                  "gpu_host": os.path.join("tests", "rank_scripts", "gpu_host.py")}
+                  "gpu_host": os.path.join("tests", "rank_scripts", "gpu_host.py"),
+                  "mask_cost": os.path.join("benchmarks", "mask_cost.py"),
+                  "trainer_overhead": os.path.join("benchmarks", "trainer_overhead.py")}
 SIMULATED_GPUS = 8  # --device cpu: the generators check runs in a simulated 8-GPU host
 TRAIN_NET = module_target("libai_ext.cli.train_net")
 LAUNCH_TIMEOUT = 240  # one job; a GPU job of these takes well under a minute
-TOTAL_BUDGET_S = 540  # the whole check stays under 10 minutes, start-up included
+TOTAL_BUDGET_S = 900  # the whole check stays under 15 minutes, start-up included
 RESUME_K = 4
+# The cost targets (docs/benchmarks.md), checked on GPUs; on CPU ranks the rows run their code paths
+# on small sizes and report the ratios.
+MASK_TIME_TARGET, MASK_PEAK_TARGET, MASK_HELD_TARGET, STEP_TARGET = 1.5, 1.25, 1.01, 1.05  # held: 1 % rounding
+MASK_DTYPES = ("float32", "float16", "bfloat16")
+COST_SIZES = {"cuda": dict(mask_log2=24, step_iters=30, step_warmup=10, step_repeats=2),
+              "cpu": dict(mask_log2=16, step_iters=5, step_warmup=2, step_repeats=1)}
 
 _checkout = [checkout_root(tuple(CHECKOUT_FILES.values()))]
 
@@ -72,6 +87,18 @@ def checkout_file(name):
         raise CheckFailed(f"no libai_ext checkout found (it needs {', '.join(CHECKOUT_FILES.values())}): "
                           "run from a checkout or pass --repo")
     return os.path.join(root, CHECKOUT_FILES[name])
+
+
+def checkout_module(name):
+    """A benchmark script of the checkout (``CHECKOUT_FILES``) imported as a module (its folder on the path,
+    as when it runs)."""
+    import importlib
+
+    path = checkout_file(name)
+    folder = os.path.dirname(path)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module(os.path.splitext(os.path.basename(path))[0])
 
 
 class CheckFailed(AssertionError):
@@ -138,6 +165,62 @@ def check_masks(device):
         expect(identical_bits(outputs["cpu"], outputs[device]), f"{layer_type.__name__} masks differ")
         compared += kept.size
     return f"{compared} values and mask elements identical to CPU"
+
+
+# --- cost against OneFlow's own dropout and stock LiBai ------------------------------------------
+
+def check_mask_cost(device):
+    """The int-op mask path against ``flow._C.dropout`` on ``device``: time, peak and held memory per
+    dtype OneFlow has a kernel for there, and the kept values bit for bit."""
+    import statistics
+
+    mask_cost = checkout_module("mask_cost")
+    size, targets = COST_SIZES[device]["mask_log2"], device == "cuda"
+    parts, failed = [], []
+    for dtype in MASK_DTYPES:
+        if not mask_cost.kernel_exists(dtype, device):
+            parts.append(f"{dtype}: no OneFlow dropout kernel on {device}")
+            continue
+        same, compared = mask_cost.kept_values_agree(dtype, device)
+        expect(compared > 0, f"{dtype}: no element kept by both: nothing compared")
+        times, _ = mask_cost.time_variants([size], dtype, device, repeats=5)
+        memory = mask_cost.memory_in_fresh_processes([size], dtype, device, 1, variants=("oneflow", "int ops"))
+
+        def median(variant, key=None):
+            if key is None:
+                return statistics.median(times[(size, variant)])
+            return statistics.median(r[key] for r in memory[(size, variant)])
+        ratios = {what: median("int ops", key) / max(median("oneflow", key), 1e-9)
+                  for what, key in (("time", None), ("peak", "peak"), ("held", "held"))}
+        limits = {"time": MASK_TIME_TARGET, "peak": MASK_PEAK_TARGET, "held": MASK_HELD_TARGET}
+        over = [what for what in ratios if ratios[what] > limits[what]] if targets else []
+        if not same or over:
+            failed.append(dtype)
+        parts.append(f"{dtype}: time {ratios['time']:.2f}x, peak {ratios['peak']:.2f}x, held {ratios['held']:.2f}x, "
+                     f"kept values {'equal' if same else 'DIFFER'} ({compared})" + (f", over {over}" if over else ""))
+    detail = f"2^{size} elements; " + "; ".join(parts) + ("" if targets else " (CPU ranks: no target applies)")
+    expect(not failed, f"{', '.join(failed)} failed: {detail}")
+    return detail
+
+
+def check_graph_step(device, workdir):
+    """LiBai's GPT-2 in graph mode: ConsistentBatchTrainer's median step over stock's, interleaved runs."""
+    import statistics
+
+    overhead = checkout_module("trainer_overhead")
+    sizes = COST_SIZES[device]
+    steps = {"stock": [], "layout_invariant": []}
+    for repeat in range(sizes["step_repeats"]):
+        for variant in overhead.rotated(list(steps), repeat):
+            timings = overhead.run("gpt2", 1, variant, sizes["step_iters"], os.path.join(workdir, f"step-{repeat}"),
+                                   os.path.join(workdir, "data"), env=rank_environ(), graph=True, device=device,
+                                   timeout=job_timeout())
+            steps[variant].append(statistics.median(timings[0]["step_times"][sizes["step_warmup"]:]))
+    ratio = statistics.median(steps["layout_invariant"]) / statistics.median(steps["stock"])
+    detail = (f"plugin {statistics.median(steps['layout_invariant']):.3f} s, stock {statistics.median(steps['stock']):.3f} s"
+              f" a step: {ratio:.3f}x" + ("" if device == "cuda" else " (CPU ranks: no target applies)"))
+    expect(device != "cuda" or ratio <= STEP_TARGET, f"over {STEP_TARGET}x: {detail}")
+    return detail
 
 
 # --- multi-rank checks --------------------------------------------------------------------------
@@ -265,7 +348,9 @@ def check_guard(device, workdir):
 
 def planned_checks(gpus):
     generator_ranks = 2 if gpus >= 2 else 1
-    checks = [("masks", 1, lambda device, workdir: check_masks(device)), ("resume", 1, check_resume),
+    checks = [("masks", 1, lambda device, workdir: check_masks(device)),
+              ("mask cost", 1, lambda device, workdir: check_mask_cost(device)),
+              ("graph step", 1, check_graph_step), ("resume", 1, check_resume),
               ("generators", generator_ranks,
                lambda device, workdir: check_generators(device, workdir, generator_ranks))]
     if gpus >= 2:

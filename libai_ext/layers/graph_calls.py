@@ -41,6 +41,13 @@ class TracedSteps:
         self.step_input = step_input  # (1, 2) per micro-batch while tracing
         self.micro_batches, self.data_parallel = int(micro_batches), int(data_parallel)
         self._calls = {}
+        self._shared = {}
+
+    def shared(self, key, compute):
+        """``compute()`` once per trace and ``key``: what every layer's draw derives from (the step's hash)."""
+        if key not in self._shared:
+            self._shared[key] = compute()
+        return self._shared[key]
 
     def draw(self, layer, x):
         """``(Step with tensor step and micro laid out like x, call index)`` of ``layer``'s draw."""
@@ -72,6 +79,11 @@ def tracing(step_tensor, micro_batches, data_parallel):
         yield _tracing
     finally:
         _tracing = None
+
+
+def shared(key, compute):
+    """``TracedSteps.shared`` of the graph being traced (``compute()`` outside one)."""
+    return compute() if _tracing is None else _tracing.shared(key, compute)
 
 
 def traced_draw(layer, x, name=None):

@@ -21,17 +21,28 @@ graph that takes the step as an input (``graph_calls.StepFedGraph``: ``libai_ext
 and whatever graph ``ConsistentBatchTrainer`` builds), graph steps draw the masks eager "layout_invariant" steps draw, in both modes ("fast" is eager-only: see
 ``_drop_traced``).  A layer traced in a graph that does not give it the step is refused by name
 (``graph_calls.UnkeyedGraphDraw``): its mask would be frozen at trace time.
+
+What a call computes and keeps, as OneFlow's dropout kernel does: the output is ``x * m``, ``m``
+in ``x``'s dtype holding the scale where kept and 0 where dropped, so a kept element is ``x``
+times the scale rounded to ``x``'s dtype (OneFlow's CUDA kernel rounds it so for float16 and
+bfloat16; its CPU kernel has float32 and float64 only) and a dropped one is ``x * 0`` (a signed
+zero, NaN for an infinite ``x``); the scale is ``1 / (1 - p)`` computed in float32 (OneFlow's
+``1.0f / (1.0f - rate)``; LiBai's ``DropPath``: ``1 / (1 - p)`` with ``1 - p`` rounded to
+float32 first).  ``p = 1`` gives ``x * 0``, ``p = 0`` returns ``x``.  Autograd keeps the 1-byte
+mask for the backward pass (``_scale_kept``), not ``m``.
 """
+import functools
 import itertools
 import logging
 
+import numpy as np
 import oneflow as flow
 from oneflow import nn
 from oneflow.nn.graph.proxy import ProxyModule
 
 from ..random import draws, modes
 from ..random.counter_rng import (
-    call_keys, keep_mask, local_keep_mask, shard_box, stream_keys, stream_words,
+    call_keys, keep_mask, local_keep_mask, shard_box, step_hash, stream_keys, stream_words,
 )
 from ..random.shard_rng import local_device, shard_coordinates, shard_generator
 from . import graph_calls
@@ -46,18 +57,78 @@ def _replicated(sbp):
     return [flow.sbp.broadcast if s == flow.sbp.partial_sum else s for s in sbp]
 
 
+def dropout_scale(rate):
+    """What OneFlow's dropout kernel multiplies kept elements by: ``1.0f / (1.0f - rate)`` in
+    float32, 0 at ``rate = 1``."""
+    one = np.float32(1.0)
+    return float(one / (one - np.float32(rate))) if rate < 1.0 else 0.0
+
+
+def drop_path_scale(rate):
+    """What LiBai's ``DropPath`` multiplies kept samples by: ``1 / keep_prob`` in float32 (its mask
+    divided by the Python float ``1 - drop_prob``), 0 at ``drop_prob = 1``."""
+    return float(np.float32(1.0) / np.float32(1.0 - rate)) if rate < 1.0 else 0.0
+
+
+# Elements per launch when an eager call applies an element-wise mask: ``m`` never exists whole, so a
+# call's peak is its output and the 1-byte mask (as OneFlow's kernel), whatever the tensor's size.
+APPLY_CHUNK = {"cpu": 2 ** 18, "cuda": 2 ** 20}
+
+
+def _masked(x, keep, scale):
+    """``x * m``, ``m`` in ``x``'s dtype: ``scale`` (rounded to that dtype) where ``keep``, else 0."""
+    if x.is_lazy or tuple(keep.shape) != tuple(x.shape):
+        return x * (keep.to(x.dtype) * scale)
+    local_x = x.to_local() if x.is_global else x
+    chunk = APPLY_CHUNK.get(local_x.device.type) or max(APPLY_CHUNK.values())
+    if local_x.numel() <= chunk:
+        return x * (keep.to(x.dtype) * scale)
+    out = flow.empty_like(x)
+    flat_x, flat_keep, flat_out = (
+        (t.to_local() if t.is_global else t).reshape(-1) for t in (x, keep, out))  # views of local data
+    for start in range(0, flat_x.shape[0], chunk):
+        part = slice(start, start + chunk)
+        flat_out[part] = flat_x[part] * (flat_keep[part].to(x.dtype) * scale)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _scale_kept(scale):
+    """An autograd function ``(x, keep) -> _masked(x, keep, scale)`` that saves only ``keep`` (1 byte an
+    element) for backward and rebuilds ``m`` there, as OneFlow's dropout keeps its bool mask."""
+
+    class ScaleKept(flow.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, keep):
+            ctx.save_for_backward(keep)
+            return _masked(x, keep, scale)
+
+        @staticmethod
+        def backward(ctx, dy):
+            keep, = ctx.saved_tensors
+            return _masked(dy, keep, scale), None
+
+    return ScaleKept
+
+
+def apply_keep(x, keep, scale):
+    """``x`` with the bool mask ``keep`` applied (dropped: ``x * 0``; kept: ``x * scale``), laid out
+    like ``x`` or broadcastable to it; eager or traced."""
+    return _scale_kept(float(scale)).apply(x, keep)
+
+
 class _CounterStream(nn.Module):
     """Drops what a mask drawn from this layer's stream says, scaling the rest."""
 
     def __init__(self, rate, layer_idx, randomness, what):
-        if not 0.0 <= rate < 1.0:
-            raise ValueError(f"{what} must be in [0, 1), got {rate}")
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"{what} must be in [0, 1], got {rate}")
         super().__init__()
         self.rate = rate
         self.randomness = None if randomness is None else modes.check_randomness(randomness, "randomness")
         self.stream = f"#{next(_construction_order)}"
         self.layer_idx = layer_idx
-        self.scale = 1.0 / (1.0 - rate)  # what kept elements are multiplied by
+        self.scale = dropout_scale(rate)  # what kept elements are multiplied by
         self._own_calls = 0          # calls outside a trainer step
         self._step_token, self._step_calls = None, 0
 
@@ -82,8 +153,9 @@ class _CounterStream(nn.Module):
         if (self.randomness or modes.randomness()) == "fast":
             return self._drop_native(x, (step, call), mask_shape, mask_sbp)
         keys = stream_keys(modes.layer_seed(), self.stream, step, call)
-        return x * self._counter_mask(x, tuple(mask_shape or x.shape), mask_sbp or (x.sbp if x.is_global else None),
-                                      keys, rows)
+        keep = self._counter_mask(x, tuple(mask_shape or x.shape), mask_sbp or (x.sbp if x.is_global else None),
+                                  keys, rows)
+        return apply_keep(x, keep, self.scale)
 
     def _drop_traced(self, x, mask_shape, mask_sbp):
         """Inside ``nn.Graph`` (``self`` is then OneFlow's proxy of the layer): the counter-based
@@ -92,26 +164,28 @@ class _CounterStream(nn.Module):
         ``flow.manual_seed``), so "fast" has no per-layer, per-shard stream there."""
         layer = self.to(nn.Module) if isinstance(self, ProxyModule) else self
         step, call = graph_calls.traced_draw(layer, x, name=f"{type(layer).__name__} {layer.stream!r}")
-        keys, rows = call_keys(stream_words(modes.layer_seed(), layer.stream), step.step, call), step.rows()
+        seed = modes.layer_seed()
+        where = (str(x.placement), len(x.sbp)) if x.is_global else str(x.device)
+        hashed = graph_calls.shared(("step_hash", seed, where), lambda: step_hash(seed, step.step))
+        keys, rows = call_keys(stream_words(seed, layer.stream), hashed, call), step.rows()
         shape = tuple(mask_shape or x.shape)
         sbp = _replicated(mask_sbp or x.sbp) if x.is_global else None
-        mask = keep_mask(shape, self.rate, keys, x.placement if x.is_global else None, sbp,
+        keep = keep_mask(shape, self.rate, keys, x.placement if x.is_global else None, sbp,
                          None if x.is_global else x.device, rows)
-        return x * (mask.to(x.dtype) * self.scale)
+        return apply_keep(x, keep, self.scale)
 
     def _counter_mask(self, x, shape, sbp, keys, rows):
-        """0 or 1/(1-p) per element, laid out like ``x`` (``P`` read as ``B``)."""
+        """The bool keep mask, laid out like ``x`` (``P`` read as ``B``)."""
         if not x.is_global:
-            return local_keep_mask(shape, [0] * len(shape), shape, keys, self.rate, self.scale, x.device, x.dtype,
-                                   rows)
+            return local_keep_mask(shape, [0] * len(shape), shape, keys, self.rate, x.device, rows)
         sbp = _replicated(sbp)
         # Eager: this rank's slice (one host loop on CPU, local ops elsewhere), written into the
         # local part of a global tensor: no communication, whatever the placement.
-        mask = flow.empty(shape, dtype=x.dtype, placement=x.placement, sbp=sbp)
+        mask = flow.empty(shape, dtype=flow.bool, placement=x.placement, sbp=sbp)
         box = shard_box(shape, x.placement, sbp)
         if box is not None:
             target = mask.to_local()
-            local = local_keep_mask(shape, *box, keys, self.rate, self.scale, target.device, x.dtype, rows)
+            local = local_keep_mask(shape, *box, keys, self.rate, target.device, rows)
             if tuple(local.shape) != tuple(target.shape):
                 raise RuntimeError(f"{type(self).__name__}: shard {tuple(local.shape)} computed for sbp {sbp} "
                                    f"on {x.placement}, OneFlow holds {tuple(target.shape)}")
@@ -122,7 +196,8 @@ class _CounterStream(nn.Module):
         coordinates = shard_coordinates(x.placement, mask_sbp or x.sbp) if x.is_global else ()
         generator = shard_generator(local_device(x), modes.layer_seed(), self.stream, draw, coordinates)
         partial = x.is_global and flow.sbp.partial_sum in x.sbp
-        if mask_shape is None and not partial and self.scale * (1.0 - self.rate) == 1.0:  # the fused kernel, on x
+        native_scale = dropout_scale(self.rate)
+        if mask_shape is None and not partial and self.scale == native_scale:  # the fused kernel, on x
             return _native_dropout(x, self.rate, True, False, generator)
         # A mask of ones through the same kernel: per-sample masks, and partial sums
         # (dropout's own sbp rules would reduce a P input first).
@@ -131,7 +206,8 @@ class _CounterStream(nn.Module):
             ones = flow.ones(shape, dtype=x.dtype, placement=x.placement, sbp=_replicated(mask_sbp or x.sbp))
         else:
             ones = flow.ones(shape, dtype=x.dtype, device=x.device)
-        return x * (_native_dropout(ones, self.rate, True, False, generator) * (self.scale * (1.0 - self.rate)))
+        factor = self.scale / native_scale if native_scale else 0.0
+        return x * (_native_dropout(ones, self.rate, True, False, generator) * factor)
 
 
 class Dropout(_CounterStream):
@@ -158,8 +234,7 @@ class DropPath(_CounterStream):
     def __init__(self, drop_prob=0.0, *, layer_idx=0, randomness=None, scale_by_keep=True):
         super().__init__(drop_prob, layer_idx, randomness, "DropPath drop_prob")
         self.drop_prob = drop_prob
-        if not scale_by_keep:
-            self.scale = 1.0
+        self.scale = drop_path_scale(drop_prob) if scale_by_keep else 1.0
 
     def forward(self, x):
         # One value per sample: only splits of the batch dim apply to the mask.

@@ -1,18 +1,23 @@
 /* The counter-based permutation of libai_ext/random/counter_spec.py, fused into one loop on the host.
  *
  * Eager CPU ranks draw their dropout masks here: one pass over this rank's slice computes each
- * element's global flat index, its 32 bits and the kept value, with no intermediate tensor (the
- * int32-op path of counter_rng.py, which graphs and GPUs run, launches ~40 kernels instead).
- * The bits are counter_spec.permute's: tests/test_counter_rng.py compares the three.
+ * word's 32 bits (counter_spec.mask_permute) once and the keep decisions of the two elements that read it, with no
+ * intermediate tensor (the int32-op path of counter_rng.py, which graphs and GPUs run, launches a
+ * few dozen kernels instead).  The bits are counter_spec's: tests/test_counter_rng.py compares
+ * the three.
  *
- * keep_mask(out, terms, keys, threshold, scale)
- *   out:       writable C-contiguous float32 or float64 buffer of the slice (its shape: the terms' lengths)
- *   terms:     per dimension, an int64 buffer: each local position's contribution to the global flat
- *              index (global coordinate times the dimension's stride)
- *   keys:      (C, a, d1, d2, d3) as unsigned 32-bit words
- *   threshold: signed int32; an element is kept where its bits, read as int32, are >= threshold
- *   scale:     what a kept element holds (dropped ones hold 0)
- * bits(out, terms, keys): the bits themselves, into an int32 buffer.
+ * keep_mask(out, terms, keys, level, columns)
+ *   out:     writable C-contiguous 1-byte buffer (bool or uint8) of the slice, read as a matrix whose
+ *            last dimension holds the columns (counter_spec.mask_columns; a 1-D mask is given as (n, 1))
+ *   terms:   per dimension, an int64 buffer: for the leading dimensions, each local position's
+ *            contribution to the index of its row's first word (global row times the words per row);
+ *            for the last, each local position's global column
+ *   keys:    (C, a, d1, d2, d3) as unsigned 32-bit words
+ *   level:   counter_spec.keep_level: an element is kept where its biased 16-bit half is >= level
+ *   columns: the global number of columns N; column c < ceil(N/2) reads the high half of word c of
+ *            its row, column c >= ceil(N/2) the low half of word c - ceil(N/2)
+ * bits(out, terms, keys): 32 random bits per element, of the element's flat global index (terms:
+ *   each local position's contribution to it), into an int32 buffer.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -27,15 +32,22 @@ static inline uint32_t rotate_mix(uint32_t x) { return ((x << 16) | (x >> 16)) -
 
 static inline uint32_t quadratic(uint32_t x, uint32_t d) { return x * (2u * x - d); }
 
-static inline uint32_t permute(uint64_t index, const uint32_t *keys) {
+/* The masks' R: x * 2**16 + trunc(signed(x) / 2**16); C's signed division truncates. */
+static inline uint32_t rotate_trunc(uint32_t x) { return (x << 16) + (uint32_t)((int32_t)x / 65536); }
+
+static inline uint32_t rounds(uint64_t index, const uint32_t *keys, uint32_t (*rotate)(uint32_t)) {
     uint32_t hi = (uint32_t)(index >> 32);
     uint32_t x = (uint32_t)index * keys[0] - keys[1];
     for (int round = 0; round < 3; round++) {
-        x = quadratic(rotate_mix(x), keys[2 + round]);
+        x = quadratic(rotate(x), keys[2 + round]);
         x -= hi * HI_MULTIPLIERS[round];
     }
     return x;
 }
+
+static inline uint32_t permute(uint64_t index, const uint32_t *keys) { return rounds(index, keys, rotate_mix); }
+
+static inline uint32_t mask_permute(uint64_t index, const uint32_t *keys) { return rounds(index, keys, rotate_trunc); }
 
 typedef struct {
     int ndim;
@@ -128,37 +140,73 @@ static int read_keys(PyObject *keys, uint32_t out[5]) {
         }                                                                                         \
     } while (0)
 
+static inline uint8_t keep_half(uint32_t word, int low, int level) {
+    uint32_t half = low ? (word & 0xFFFFu) : (word >> 16);
+    return (uint8_t)((int)(half ^ 0x8000u) >= level);
+}
+
 static PyObject *keep_mask(PyObject *self, PyObject *args) {
     PyObject *out_obj, *terms, *keys_obj;
-    int threshold;
-    double scale;
-    if (!PyArg_ParseTuple(args, "OOOid", &out_obj, &terms, &keys_obj, &threshold, &scale)) return NULL;
+    int level;
+    long long columns;
+    if (!PyArg_ParseTuple(args, "OOOiL", &out_obj, &terms, &keys_obj, &level, &columns)) return NULL;
     uint32_t keys[5];
     if (read_keys(keys_obj, keys) < 0) return NULL;
     Slice slice;
     if (read_slice(terms, &slice) < 0) return NULL;
+    if (slice.ndim < 2) {
+        release_slice(&slice);
+        PyErr_SetString(PyExc_ValueError, "terms: a mask is read as a matrix, at least 2 dimensions");
+        return NULL;
+    }
     Py_buffer out;
-    if (PyObject_GetBuffer(out_obj, &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0) {
+    if (PyObject_GetBuffer(out_obj, &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
         release_slice(&slice);
         return NULL;
     }
     Py_ssize_t total = slice_elements(&slice);
-    int is_float = out.format && strcmp(out.format, "f") == 0 && out.itemsize == 4;
-    int is_double = out.format && strcmp(out.format, "d") == 0 && out.itemsize == 8;
-    if ((!is_float && !is_double) || out.len != total * out.itemsize) {
+    int last = slice.ndim - 1;
+    const int64_t *column = slice.terms[last];
+    Py_ssize_t width = slice.sizes[last];
+    if (out.itemsize != 1 || out.len != total) {
         PyBuffer_Release(&out);
         release_slice(&slice);
-        PyErr_Format(PyExc_ValueError, "out must be a float32 or float64 buffer of %zd elements", total);
+        PyErr_Format(PyExc_ValueError, "out must be a 1-byte buffer of %zd elements", total);
         return NULL;
     }
+    if (width > 0 && (columns < 1 || column[0] < 0 || column[width - 1] >= columns)) {
+        PyBuffer_Release(&out);
+        release_slice(&slice);
+        PyErr_Format(PyExc_ValueError, "columns: the slice's columns must lie in [0, %lld)", columns);
+        return NULL;
+    }
+    int64_t words = (columns + 1) / 2;
+    /* A whole row reads each of its words once for both halves; a cut one, per element. */
+    int whole_rows = width == columns && (width == 0 || column[0] == 0);
     Py_BEGIN_ALLOW_THREADS
-    if (is_float) {
-        float *values = (float *)out.buf;
-        float kept = (float)scale;
-        FOR_EACH_ELEMENT(slice, keys, values[position] = ((int32_t)bits >= threshold) ? kept : 0.0f);
-    } else {
-        double *values = (double *)out.buf;
-        FOR_EACH_ELEMENT(slice, keys, values[position] = ((int32_t)bits >= threshold) ? scale : 0.0);
+    uint8_t *values = (uint8_t *)out.buf;
+    Py_ssize_t index[MAX_DIMS] = {0};
+    for (Py_ssize_t position = 0; position < total; position += width) {
+        int64_t row_base = 0;
+        for (int d = 0; d < last; d++) row_base += slice.terms[d][index[d]];
+        uint8_t *row = values + position;
+        if (whole_rows) {
+            for (int64_t k = 0; k < words; k++) {
+                uint32_t word = mask_permute((uint64_t)(row_base + k), keys);
+                row[k] = keep_half(word, 0, level);
+                if (k + words < columns) row[k + words] = keep_half(word, 1, level);
+            }
+        } else {
+            for (Py_ssize_t i = 0; i < width; i++) {
+                int low = column[i] >= words;
+                int64_t k = low ? column[i] - words : column[i];
+                row[i] = keep_half(mask_permute((uint64_t)(row_base + k), keys), low, level);
+            }
+        }
+        for (int d = last - 1; d >= 0; d--) {
+            if (++index[d] < slice.sizes[d]) break;
+            index[d] = 0;
+        }
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&out);
@@ -195,7 +243,7 @@ static PyObject *bits(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"keep_mask", keep_mask, METH_VARARGS, "keep_mask(out, terms, keys, threshold, scale): a slice's dropout mask"},
+    {"keep_mask", keep_mask, METH_VARARGS, "keep_mask(out, terms, keys, level, columns): a slice's dropout mask, 1 byte an element"},
     {"bits", bits, METH_VARARGS, "bits(out, terms, keys): a slice's 32 random bits per element"},
     {NULL, NULL, 0, NULL},
 };

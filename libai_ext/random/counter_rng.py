@@ -13,8 +13,12 @@ high half moved down) and ``Q`` (the quadratic permutation ``x (2x - d)``).  Her
 with the int32 ops OneFlow 0.9.0 computes exactly on every device (measured on CPU): ``*`` and
 ``-`` (wrapping), ``+`` and ``-`` of a Python int, comparisons, and casts.  ``+`` of two int32
 tensors and unary ``-`` go through float32 and round, so they are never used; there are no
-bitwise ops; ``//`` truncates and costs 8 multiplies, so ``R`` divides by 2**16 through an exact
-float64 multiply and a truncating cast.
+bitwise ops; ``//`` truncates toward zero (about four multiplies' time on CPU), so ``R`` corrects
+its quotient to the floor with one comparison (``rotate_mix``).
+
+Dropout masks (``keep_mask``, ``local_keep_mask``) read two 16-bit elements from each word of
+``counter_spec.mask_permute`` (``R`` replaced by ``rotate_trunc``: one ``//``), into a 1-byte mask:
+eager ranks hash their slice in chunks of rows (``CHUNK_WORDS``), on CPU in one host loop instead.
 
 Where the index lives (``global_index``): eager ranks hash their own slice with local ops
 (``local_counter_bits``), ``nn.Graph`` traces the same bits from global ops (``counter_bits``
@@ -22,9 +26,11 @@ with a placement); under gradient accumulation a micro-batch's rows are numbered
 in the step's global batch (``global_index.StepRows``).
 
 Keys: ``derive_keys(*words)`` for one-off draws (initial weights), ``call_keys`` for a layer's
-draw number ``(step, call)``: each of the five keys is the permutation of a linear function of
-(step, call) under the stream's own keys, computed on the host for eager layers
-(``counter_spec``) and from an int32 step tensor inside a graph, with the same bits.
+draw number ``(step, call)``: ``C`` and ``a`` are the step's ``step_hash`` (two words, the
+permutation of a linear function of the step under the run's keys, computed once per step for
+all streams) times the stream's odd multipliers, minus a linear function of the call; the rounds'
+``d`` are the stream's own.  On the host for eager layers (``counter_spec``), from an int32 step
+tensor inside a graph, with the same bits.
 """
 import functools
 import hashlib
@@ -39,9 +45,6 @@ try:  # built by `pip install` where a C compiler exists (setup.py); the int32 o
     from . import _counter_kernel
 except ImportError:
     _counter_kernel = None
-_HOST_DTYPES = {flow.float32: np.float32, flow.float64: np.float64}
-
-_INT32 = 2 ** 32
 
 
 def _hash_words(count, words):
@@ -59,38 +62,59 @@ def derive_keys(*words):
     return _odd_where_needed(_hash_words(KEY_WORDS, words))
 
 
+# The draw's keys that change with the step: ``C`` (the index multiplier) and ``a`` (the offset).
+STEP_KEYS = 2
+
+
+@functools.lru_cache(maxsize=64)
+def _step_words(seed):
+    """The run's step hash: permutation keys, then per hashed word a step multiplier (odd) and an offset."""
+    linear = _hash_words(2 * STEP_KEYS, (seed, "step", "linear"))
+    return derive_keys(seed, "step", "own"), tuple(w | 1 if i % 2 == 0 else w for i, w in enumerate(linear))
+
+
+def step_hash(seed, step):
+    """Two odd words that every draw of ``step`` derives its ``C`` and ``a`` from: the permutation of a
+    linear function of the step.  Ints for an int ``step``; for a tensor ``step`` (a graph's input,
+    one int32 element) an int32 tensor of two elements laid out like it, the same bits."""
+    own, linear = _step_words(seed)
+    multipliers, offsets = linear[0::2], linear[1::2]
+    if isinstance(step, flow.Tensor):
+        hashed = mix((step.reshape(1) * _int32_like(step, multipliers) - _int32_like(step, offsets)) * own[0] - own[1],
+                     own)
+        return hashed * 2 + 1
+    own_unsigned = [k & counter_spec.MASK32 for k in own]
+    return tuple(to_signed(counter_spec.permute((int(step) * m - c) & counter_spec.MASK32, own_unsigned) * 2 + 1)
+                 for m, c in zip(multipliers, offsets))
+
+
 @functools.lru_cache(maxsize=4096)
 def stream_words(seed, stream):
-    """A stream's words: its own permutation keys, then per key word a step multiplier (odd),
-    a call multiplier (odd) and an offset."""
-    own = derive_keys(seed, stream, "own")
-    linear = _hash_words(3 * KEY_WORDS, (seed, stream, "linear"))
-    return own, tuple(linear[i] | 1 if i % 3 < 2 else linear[i] for i in range(3 * KEY_WORDS))
+    """A stream's words: for ``C`` and ``a``, a multiplier of the step hash (odd), a call multiplier and an
+    offset (both even for ``C``, which stays odd); then its rounds' keys ``d1, d2, d3`` (odd)."""
+    linear = _hash_words(3 * STEP_KEYS, (seed, stream, "linear"))
+    linear = tuple(w | 1 if i % 3 == 0 else (w & ~1 if i < 3 else w) for i, w in enumerate(linear))
+    return linear, derive_keys(seed, stream, "rounds")[2:]
 
 
-def _key_inputs(linear, call):
-    """Per key word: ``(step multiplier, constant)`` with the call folded into the constant."""
-    return [(linear[3 * k], to_signed(linear[3 * k + 1] * call + linear[3 * k + 2])) for k in range(KEY_WORDS)]
-
-
-def call_keys(words, step, call=0):
-    """The keys of a layer's draw ``(step, call)``: ints for an int ``step``, int32 tensors (one
-    element each, laid out like ``step``) for a tensor ``step`` (a graph's input), same bits."""
-    own, linear = words
-    inputs = _key_inputs(linear, call)
-    if isinstance(step, flow.Tensor):
-        multipliers = _int32_like(step, [m for m, _ in inputs])
-        constants = _int32_like(step, [c for _, c in inputs])
-        hashed = mix((step.reshape(1) * multipliers - constants) * own[0] - own[1], own)
-        return tuple(hashed[i:i + 1] * 2 + 1 if i != 1 else hashed[i:i + 1] for i in range(KEY_WORDS))
-    own_unsigned = [k & counter_spec.MASK32 for k in own]
-    values = [counter_spec.permute((int(step) * m - c) & counter_spec.MASK32, own_unsigned) for m, c in inputs]
-    return tuple(to_signed(v * 2 + 1) if i != 1 else to_signed(v) for i, v in enumerate(values))
+def call_keys(words, hashed, call=0):
+    """The keys ``(C, a, d1, d2, d3)`` of a stream's draw ``(step, call)`` from the step's ``step_hash``:
+    ``C`` and ``a`` are ``hash * multiplier - (call * call multiplier + offset)``, the ``d`` are the
+    stream's own, so a draw costs two multiply-adds (the permutation runs once per step, for every
+    stream) and the rounds take constants.  ``C`` and ``a`` are ints for a host hash; for a tensor hash
+    (a graph's) int32 tensors of one element each, laid out like it, the same bits."""
+    linear, rounds = words
+    multipliers = [linear[3 * k] for k in range(STEP_KEYS)]
+    constants = [to_signed(linear[3 * k + 1] * call + linear[3 * k + 2]) for k in range(STEP_KEYS)]
+    if isinstance(hashed, flow.Tensor):
+        keys = hashed * _int32_like(hashed, multipliers) - _int32_like(hashed, constants)
+        return tuple(flow.split(keys, 1)) + tuple(rounds)
+    return tuple(to_signed(h * m - c) for h, m, c in zip(hashed, multipliers, constants)) + tuple(rounds)
 
 
 def stream_keys(seed, stream, step, call=0):
-    """``call_keys`` on the host: the keys of a layer's draw ``(step, call)``, as ints."""
-    return call_keys(stream_words(seed, stream), int(step), int(call))
+    """The keys of a stream's draw ``(step, call)`` on the host, as ints."""
+    return call_keys(stream_words(seed, stream), step_hash(seed, int(step)), int(call))
 
 
 def _int32_like(tensor, values):
@@ -102,17 +126,22 @@ def _int32_like(tensor, values):
 
 # ---- the permutation on int32 tensors ------------------------------------------------------
 
-def _trunc_div_2_16(x):
-    # Exact: int32 -> float64 is exact, so is the scaling by a power of two, and the cast
-    # truncates toward zero like C; cheaper than OneFlow's integer ``//`` (measured 0.5 vs 0.85 ms).
-    return (x.to(flow.float64) * 2.0 ** -16).to(flow.int32)
-
-
 def rotate_mix(x):
-    """R on signed int32: ``x * 2**16 + floor(x / 2**16)`` (= ``counter_spec.rotate_mix``)."""
-    quotient = _trunc_div_2_16(x)  # truncated; floor is one less where x < 0 is not a multiple
+    """R on signed int32: ``x * 2**16 + floor(x / 2**16)`` (= ``counter_spec.rotate_mix``).
+
+    OneFlow's int32 ``//`` truncates toward zero: where ``x`` is negative and no multiple of
+    2**16 the quotient is one above the floor, which is where ``x < q * 2**16``; and ``+`` of two
+    int32 tensors is not exact, so the floor is subtracted as ``-(below - q)``.  Six int32 ops,
+    no temporary wider than the input."""
+    quotient = x // 2 ** 16
     below = x < quotient * 2 ** 16
     return x * 2 ** 16 - (below - quotient)
+
+
+def rotate_trunc(x):
+    """The masks' R on signed int32: ``x * 2**16 + trunc(x / 2**16)`` (= ``counter_spec.rotate_trunc``):
+    OneFlow's ``//`` truncates, and ``trunc(x / -2**16) = -trunc(x / 2**16)``, so three int32 ops."""
+    return x * 2 ** 16 - x // -2 ** 16
 
 
 def quadratic(x, d):
@@ -120,10 +149,11 @@ def quadratic(x, d):
     return x * (x * 2 - d)
 
 
-def mix(x, keys, hi=None):
-    """The rounds after ``A``: ``x`` holds ``lo * C - a``; ``hi`` the index's high words, if any."""
+def mix(x, keys, hi=None, rotate=rotate_mix):
+    """The rounds after ``A``: ``x`` holds ``lo * C - a``; ``hi`` the index's high words, if any;
+    ``rotate``: ``rotate_mix`` (``permute``) or ``rotate_trunc`` (``mask_permute``)."""
     for d, multiplier in zip(keys[2:], HI_MULTIPLIERS):
-        x = quadratic(rotate_mix(x), d)
+        x = quadratic(rotate(x), d)
         if hi is not None:
             x = x - hi * to_signed(multiplier)
     return x
@@ -131,54 +161,185 @@ def mix(x, keys, hi=None):
 
 # ---- bits of whole tensors and of slices ----------------------------------------------------
 
-def counter_bits(shape, keys, placement=None, sbp=None, device=None, rows=None):
+def counter_bits(shape, keys, placement=None, sbp=None, device=None, rows=None, rotate=rotate_mix):
     """int32 random bits for a tensor of ``shape``: global with ``placement`` and ``sbp`` (global
     ops only: what ``nn.Graph`` traces), else local on ``device``.  ``rows``: a
-    ``global_index.StepRows`` when dim 0 is a micro-batch of a larger step."""
+    ``global_index.StepRows`` when dim 0 is a micro-batch of a larger step.  ``rotate_trunc`` gives
+    a mask's words (``counter_spec.mask_permute``)."""
     x0, hi = global_index.keyed_index(tuple(int(s) for s in shape), keys, placement, sbp, device, rows)
-    return mix(x0, keys, hi)
+    return mix(x0, keys, hi, rotate)
 
 
-def local_counter_bits(shape, lo, hi, keys, device=None, rows=None):
+def local_counter_bits(shape, lo, hi, keys, device=None, rows=None, rotate=rotate_mix):
     """``counter_bits`` of the slice ``[lo, hi)`` of a global tensor of ``shape``, from local ops
     (cheaper to launch than global ones), as a local tensor on ``device``."""
-    pieces = [mix(x0, keys, high) for x0, high in global_index.keyed_slice(shape, lo, hi, keys, device, rows)]
+    pieces = [mix(x0, keys, high, rotate)
+              for x0, high in global_index.keyed_slice(shape, lo, hi, keys, device, rows)]
     return pieces[0] if len(pieces) == 1 else flow.cat(pieces, dim=0)
 
 
 shard_box = global_index.shard_box
 
 
-def host_kernel_serves(device, dtype):
-    """Whether ``local_keep_mask`` runs the fused host loop here: a CPU tensor of float32/64 and
-    the compiled kernel present."""
-    kind = device if isinstance(device, str) else device.type
-    return _counter_kernel is not None and kind.split(":")[0] == "cpu" and dtype in _HOST_DTYPES
+# ---- dropout masks: two elements from each word (counter_spec.keep) ---------------------------------
+
+# Words hashed per launch by the eager int-op path: bounds its temporaries (a few int32 tensors of
+# this size live at once) whatever the mask's size; small enough on CPU to stay in cache, large
+# enough on GPUs to keep the launches few.
+CHUNK_WORDS = {"cpu": 2 ** 16, "cuda": 2 ** 20}
 
 
-def local_keep_mask(shape, lo, hi, keys, rate, scale, device=None, dtype=flow.float32, rows=None):
-    """The slice ``[lo, hi)`` of a global tensor's dropout mask as a local tensor of ``dtype``: ``scale``
-    where kept, 0 where dropped; the bits of ``counter_bits``.  On CPU one fused host loop writes it
-    (``_counter_kernel``); elsewhere the int32 ops do."""
+def host_kernel_serves(device):
+    """Whether ``local_keep_mask`` runs the fused host loop here: a CPU tensor, the compiled kernel present."""
+    return _counter_kernel is not None and _device_type(device) == "cpu"
+
+
+def _device_type(device):
+    return (device if isinstance(device, str) else device.type).split(":")[0]
+
+
+def keep_level(rate):
+    """``counter_spec.keep_level``: P(drop) = level / 2**16."""
+    return counter_spec.keep_level(rate)
+
+
+def _word_threshold(level):
+    """Signed int32 ``t``: a word's high half keeps where ``word >= t``, its low half where
+    ``word * 2**16 >= t`` (level < 2**16)."""
+    return (level - counter_spec.HALF // 2) * counter_spec.HALF
+
+
+def _as_matrix(shape, lo=None, hi=None):
+    """A mask's shape as ``(leading dims..., columns)`` (``counter_spec.mask_columns``), its box the
+    same way, and whether a column was added (1-D and 0-d masks)."""
+    shape = tuple(int(s) for s in shape)
+    lo = [int(v) for v in lo] if lo is not None else [0] * len(shape)
+    hi = [int(v) for v in hi] if hi is not None else list(shape)
+    if len(shape) >= 2:
+        return shape, lo, hi, False
+    if not shape:
+        return (1, 1), [0, 0], [1, 1], True
+    return (shape[0], 1), lo + [0], hi + [1], True
+
+
+def _column_halves(columns, start, stop):
+    """For the columns ``[start, stop)`` of a row of ``columns``: the words their high halves read
+    ``(first, last + 1)``, the words their low halves read, and the words to hash (both, as one range)."""
+    words = (columns + 1) // 2
+    high = (start, min(stop, words))
+    low = (max(start, words) - words, stop - words)
+    ranges = [r for r in (high, low) if r[0] < r[1]]
+    hashed = (min(r[0] for r in ranges), max(r[1] for r in ranges)) if ranges else (0, 0)
+    return high, low, hashed
+
+
+def _keep_halves(bits, level, high, low, first):
+    """The keep decisions of a row block from the bits of its words ``[first, ...)``: the high halves
+    of words ``high``, then the low halves of words ``low`` (column order)."""
+    threshold = _word_threshold(level)
+
+    def words(start, stop):  # (no slice op where all of them)
+        whole = start == first and stop - first == bits.shape[-1]
+        return bits if whole else bits[..., start - first:stop - first]
+
+    parts = []
+    if high[0] < high[1]:
+        parts.append(words(*high) >= threshold)
+    if low[0] < low[1]:
+        parts.append(words(*low) * counter_spec.HALF >= threshold)
+    return parts
+
+
+def _row_chunks(lo, hi, words, limit):
+    """The leading dims of the box ``[lo, hi)`` cut into boxes of at most ``limit // words`` rows (at least
+    one row) along the first dimension that holds more than one position: ``[(lo, hi)]``."""
+    sizes = [b - a for a, b in zip(lo, hi)]
+    total = int(np.prod(sizes, dtype=np.int64)) * words
+    if total <= limit or not any(s > 1 for s in sizes):
+        return [(list(lo), list(hi))]
+    dim = next(d for d, size in enumerate(sizes) if size > 1)
+    step = max(1, limit // (total // sizes[dim]))
+    boxes = []
+    for start in range(lo[dim], hi[dim], step):
+        a, b = list(lo), list(hi)
+        a[dim], b[dim] = start, min(start + step, hi[dim])
+        boxes += _row_chunks(a, b, words, limit)
+    return boxes
+
+
+def local_keep_mask(shape, lo, hi, keys, rate, device=None, rows=None):
+    """The slice ``[lo, hi)`` of a global tensor's dropout mask (``counter_spec.keep``), as a local
+    bool tensor on ``device``: one host loop on CPU, int32 ops elsewhere, the same bits."""
     device = device or "cpu"
-    if not host_kernel_serves(device, dtype):
-        bits = local_counter_bits(shape, lo, hi, keys, device=device, rows=rows)
-        return (bits >= keep_threshold(rate)).to(dtype) * scale
-    local_shape = [int(b) - int(a) for a, b in zip(lo, hi)]
-    values = np.empty(local_shape, dtype=_HOST_DTYPES[dtype])
-    _counter_kernel.keep_mask(values, global_index.slice_terms(shape, lo, hi, rows), keys, keep_threshold(rate),
-                              float(scale))
-    return flow.from_numpy(values)  # shares the array's memory: no copy
+    level = keep_level(rate)
+    out_shape = [int(b) - int(a) for a, b in zip(lo, hi)]
+    matrix, lo, hi, _ = _as_matrix(shape, lo, hi)
+    local_shape = [b - a for a, b in zip(lo, hi)]
+    if level >= counter_spec.HALF or 0 in local_shape:
+        return flow.zeros(out_shape, dtype=flow.bool, device=device)
+    if host_kernel_serves(device):
+        values = np.empty(local_shape, dtype=np.bool_)
+        _counter_kernel.keep_mask(values, global_index.mask_terms(matrix, lo, hi, rows), keys, level, matrix[-1])
+        return flow.from_numpy(values.reshape(out_shape))  # shares the array's memory: no copy
+    return _keep_from_int_ops(matrix, lo, hi, keys, level, device, rows).reshape(out_shape)
 
 
-def keep_threshold(rate):
-    """Signed int32 ``t`` with P(uniform int32 >= t) = ``1 - rate`` (to 2**-32)."""
-    return int(round(-2 ** 31 + rate * _INT32))
+def _keep_from_int_ops(matrix, lo, hi, keys, level, device, rows):
+    """``local_keep_mask``'s box from int32 ops, hashed in chunks of rows into one bool tensor."""
+    high, low, hashed = _column_halves(matrix[-1], lo[-1], hi[-1])
+    words = matrix[:-1] + ((matrix[-1] + 1) // 2,)
+    keep = flow.empty([b - a for a, b in zip(lo, hi)], dtype=flow.bool, device=device)
+    limit = CHUNK_WORDS.get(_device_type(device)) or max(CHUNK_WORDS.values())
+    for first, stop in _word_ranges(hashed, limit):  # one row can hold more words than a chunk
+        part_high = (max(high[0], first), min(high[1], stop))
+        part_low = (max(low[0], first), min(low[1], stop))
+        columns = _columns_of(part_high, part_low, high, low, lo[-1], matrix[-1])
+        for row_lo, row_hi in _row_chunks(lo[:-1], hi[:-1], stop - first, limit):
+            bits = local_counter_bits(words, row_lo + [first], row_hi + [stop], keys, device, rows, rotate_trunc)
+            rows_slice = tuple(slice(a - o, b - o) for a, b, o in zip(row_lo, row_hi, lo[:-1]))
+            for (a, b), part in zip(columns, _keep_halves(bits, level, part_high, part_low, first)):
+                keep[rows_slice + (slice(a, b),)] = part
+    return keep
+
+
+def _word_ranges(hashed, limit):
+    """``hashed`` cut into ranges of at most ``limit`` words."""
+    return [(a, min(a + limit, hashed[1])) for a in range(hashed[0], hashed[1], limit)] or [hashed]
+
+
+def _columns_of(part_high, part_low, high, low, first_column, columns):
+    """Local column ranges (in the box, which starts at ``first_column``) that the non-empty halves
+    ``part_high``, ``part_low`` (of the box's ``high``, ``low`` word ranges) write."""
+    words = (columns + 1) // 2
+    out = []
+    if part_high[0] < part_high[1]:
+        out.append((part_high[0] - first_column, part_high[1] - first_column))
+    if part_low[0] < part_low[1]:
+        out.append((part_low[0] + words - first_column, part_low[1] + words - first_column))
+    return out
 
 
 def keep_mask(shape, rate, keys, placement=None, sbp=None, device=None, rows=None):
-    """bool tensor: True (keep) with probability ``1 - rate``, keyed by global position."""
-    return counter_bits(shape, keys, placement, sbp, device, rows) >= keep_threshold(rate)
+    """bool tensor of ``shape``: True (keep) with probability ``1 - rate`` (``counter_spec.keep``),
+    keyed by global position; global with ``placement``/``sbp`` (global ops: what a graph traces)."""
+    level = keep_level(rate)
+    layout = dict(placement=placement, sbp=sbp) if placement is not None else dict(device=device)
+    if level >= counter_spec.HALF:
+        return flow.zeros(tuple(shape), dtype=flow.bool, **layout)
+    matrix, _, _, column_added = _as_matrix(shape)
+    words = matrix[:-1] + ((matrix[-1] + 1) // 2,)
+    high, low, _ = _column_halves(matrix[-1], 0, matrix[-1])
+    # A row's two halves are two blocks of its columns: where the columns are split over ranks, each
+    # rank hashes its rows' words whole and keeps its own columns (no communication either way).
+    columns_split = placement is not None and not column_added and flow.sbp.split(len(shape) - 1) in sbp
+    word_sbp = [flow.sbp.broadcast if s == flow.sbp.split(len(shape) - 1) else s for s in sbp] \
+        if columns_split else sbp
+    bits = counter_bits(words, keys, placement, word_sbp, device, rows, rotate_trunc)
+    parts = _keep_halves(bits, level, high, low, 0)
+    keep = parts[0] if len(parts) == 1 else flow.cat(parts, dim=-1)
+    if columns_split:
+        keep = keep.to_global(placement=placement, sbp=sbp)
+    return keep.reshape(tuple(shape)) if column_added else keep
 
 
 def counter_uniform(shape, keys, placement=None, sbp=None, device=None):

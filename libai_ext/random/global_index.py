@@ -251,6 +251,21 @@ def slice_terms(shape, lo, hi, rows=None):
     return terms
 
 
+def mask_terms(matrix, lo, hi, rows=None):
+    """The host kernel's terms of a mask's box ``[lo, hi)`` (``counter_rng.local_keep_mask``): per
+    leading dimension of ``matrix`` (the mask read as ``(leading..., columns)``), each local
+    position's contribution to the index of its row's first word (``rows``: dim 0 numbered by its
+    place in the step); for the last, the global columns."""
+    matrix, lo, hi = tuple(int(s) for s in matrix), [int(v) for v in lo], [int(v) for v in hi]
+    words_per_row = (matrix[-1] + 1) // 2
+    strides = [stride * words_per_row for stride in _strides(matrix[:-1])]
+    terms = [np.arange(lo[d], hi[d], dtype=np.int64) * strides[d] for d in range(len(matrix) - 1)]
+    if rows is not None:
+        terms[0] = np.concatenate([np.arange(position, position + stop - start, dtype=np.int64)
+                                   for start, stop, position in rows.pieces(matrix[0], lo[0], hi[0])]) * strides[0]
+    return terms + [np.arange(lo[-1], hi[-1], dtype=np.int64)]
+
+
 def keyed_slice(shape, lo, hi, keys, device=None, rows=None):
     """``[(x0, hi words)]`` of this rank's box ``[lo, hi)`` of a global tensor of ``shape``: one
     entry, or with ``rows`` one per contiguous run of step positions along dim 0 (to concatenate)."""

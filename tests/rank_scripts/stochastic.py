@@ -16,6 +16,7 @@ from libai.utils import distributed as dist
 from common import layout_parser, run_or_die, setup_layout
 from libai_ext import seed_everything
 from libai_ext.layers import DropPath, Dropout
+from libai_ext.layers.stochastic import apply_keep, dropout_scale
 from libai_ext.random.counter_rng import keep_mask, stream_keys
 from libai_ext.random.modes import layer_seed
 from libai_ext.testing import write_rank_result
@@ -87,7 +88,7 @@ def global_path_agrees(x):
     """The mask from global ops only (what nn.Graph runs) equals the eager, local-op one."""
     keys = stream_keys(layer_seed(), "probe-dropout", 0)
     eager = ours("dropout", "layout_invariant")(x)
-    traced = x * keep_mask(x.shape, P, keys, x.placement, x.sbp).to(x.dtype) * (1.0 / (1.0 - P))
+    traced = apply_keep(x, keep_mask(x.shape, P, keys, x.placement, x.sbp), dropout_scale(P))
     if flow.env.get_rank() not in x.placement.ranks.flatten().tolist():
         return None
     return bool(np.array_equal(eager.to_local().numpy(), traced.to_local().numpy()))
