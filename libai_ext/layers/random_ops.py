@@ -24,6 +24,7 @@ from ..random import forward_draws as fd
 from ..random.audit import REFUSED
 from ..random.counter_rng import local_keep_mask
 from ..random.forward_draws import Layout
+from .stochastic import apply_keep
 
 _DEFAULT_FLOAT = flow.float32
 
@@ -103,18 +104,18 @@ def _drop(call, x, p, mask_shape=None, mask_sbp=None, op=None):
         return x
     if p == 1.0:
         return x * 0.0
+    layer = call.layer(p, op)
     if not x.is_global and not x.is_lazy and not call.fast:
-        return x * _local_mask(call, x, p, mask_shape, op)
-    return call.layer(p, op).drop(x, mask_shape, mask_sbp)
+        return apply_keep(x, _local_keep(call, layer, x, mask_shape), layer.scale)
+    return layer.drop(x, mask_shape, mask_sbp)
 
 
-def _local_mask(call, x, p, mask_shape, op):
-    """0 or 1/(1-p) per element of a local tensor: the bits of the layer's stream, at the global sample
-    positions ``forward_draws`` gives a local draw; the scale in float32, then cast (as OneFlow's kernel)."""
-    draw = call.named_draw(call.layer(p, op).stream, Layout.of(x))  # the bits the layer draws for the same call
+def _local_keep(call, layer, x, mask_shape):
+    """The bool keep mask of a local tensor: the bits of the layer's stream at the global sample positions
+    ``forward_draws`` gives a local draw (applied with the layer's scale, as the layer applies its own)."""
+    draw = call.named_draw(layer.stream, Layout.of(x))  # the bits the layer draws for the same call
     whole, lo, hi, rows = draw.local_box(tuple(mask_shape or x.shape))
-    keep = local_keep_mask(whole, lo, hi, draw.keys(), p, 1.0 / (1.0 - p), x.device, flow.float32, rows)
-    return keep.to(x.dtype)
+    return local_keep_mask(whole, lo, hi, draw.keys(), layer.rate, x.device, rows)
 
 
 def _dropout_stub(input, p=0.5, training=True, inplace=False, generator=None, *, addend=None):

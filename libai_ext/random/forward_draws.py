@@ -24,7 +24,7 @@ import numpy as np
 import oneflow as flow
 
 from . import counter_spec, global_index, modes
-from .counter_rng import call_keys, counter_bits, local_counter_bits, stream_words
+from .counter_rng import call_keys, counter_bits, local_counter_bits, step_hash, stream_words
 from .global_index import StepRows, shard_box
 from .devices import own_cuda_device
 from .shard_rng import shard_coordinates, shard_generator
@@ -83,8 +83,9 @@ class Draw:
 
     def keys(self, k=0):
         """The counter keys of this draw's ``k``-th bit stream (a normal takes two)."""
-        words = stream_words(modes.layer_seed(), self.stream if k == 0 else f"{self.stream}#{k}")
-        return call_keys(words, self.step, self.call)
+        seed = modes.layer_seed()
+        words = stream_words(seed, self.stream if k == 0 else f"{self.stream}#{k}")
+        return call_keys(words, step_hash(seed, self.step), self.call)
 
     def _accumulated(self):
         info = self.step_info
