@@ -57,6 +57,12 @@ GROUPS = [
     ("The layout-invariant pieces",
      "Each piece of `train.randomness=\"layout_invariant\"` against the path it replaces, side by side in one run.",
      ["randomness_cost", "generator_bijection", "param_init_cost", "loader_keying", "mixup_cost", "epoch_order"]),
+    ("Random ops inside a forward",
+     "Routing every random op of OneFlow (`flow.rand`, `F.dropout`, `Tensor.bernoulli`, ...) to the keyed streams: "
+     "per call, against OneFlow's own op in one process (`benchmarks/random_op_routing.py`); and on a whole training "
+     "step, this checkout against a checkout without the routing (`benchmarks/trainer_overhead.py --baseline`), the "
+     "two taking turns run by run.",
+     ["random_op_routing", "trainer_overhead_random_ops_demo", "trainer_overhead_random_ops_gpt2"]),
     ("Equivalence",
      "Per-iteration losses of one config on several layouts or modes, against one reference run.",
      ["layout_equivalence", "zoo_equivalence", "graph_parity", "graph_libai_equivalence"]),

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/trainer_overhead.py [--iters 60] [--repeats 2] [--ranks 2 4 8]
         [--model demo|gpt2|vit] [--graph] [--variants stock consistent consistent+stage0-only layout_invariant]
+        [--baseline CHECKOUT]
 
 Trains the demo model (configs/demo_pipeline_cpu.py, augmentation and mixup on, no evaluation),
 with `--model gpt2` LiBai's GPT-2 pretraining (configs/libai_gpt2_cpu.py, every dropout on,
@@ -23,6 +24,8 @@ took the cores, so that run's times are suspect.  Per stage: the median load tim
 (`next(loader)`: reading + augmentation), on stage 0 `get_batch` (data time minus load: mixup
 and making the batch global), and LiBai's data time (load + `get_batch`, which outside stage 0
 includes waiting for stage 0's batch), with ratios to stock.
+`--baseline` runs each variant from another checkout too (interleaved in the same rotation) and adds
+a table of this checkout's step time over the baseline's: the cost of a change, side by side.
 Writes benchmarks/results/trainer_overhead.md (`--model gpt2`: trainer_overhead_gpt2.md).
 """
 import argparse
@@ -66,15 +69,22 @@ MODELS = {
 GRAPH = ["graph.enabled=True"]
 
 
-def run(model, nproc, variant, iters, workdir, data, env=None, graph=False, device=None, timeout=900):
+BASELINE = " (baseline)"
+
+
+def run(model, nproc, variant, iters, workdir, data, env=None, graph=False, device=None, timeout=900, root=ROOT):
+    """One training run of ``variant`` (``root``: the checkout whose libai_ext, configs and timing script run)."""
     dp, tp, pp = LAYOUTS[nproc]
-    output = os.path.join(workdir, f"{nproc}-{variant}")
-    args = [*MODELS[model](data), *VARIANTS[variant], *(GRAPH if graph else []),
+    output = os.path.join(workdir, f"{nproc}-{variant}".replace(BASELINE, "-baseline"))  # (a path Hydra takes)
+    model_args = [arg.replace(ROOT, root) for arg in MODELS[model](data)]
+    args = [*model_args, *VARIANTS[variant.replace(BASELINE, "")], *(GRAPH if graph else []),
             f"train.train_iter={iters}", "train.evaluation.enabled=False", "train.log_period=1000",
             f"train.output_dir={output}",
             f"train.dist.data_parallel_size={dp}", f"train.dist.tensor_parallel_size={tp}",
             f"train.dist.pipeline_parallel_size={pp}"]
-    launch(os.path.join(ROOT, "benchmarks", "timed_train_net.py"), nproc, args, timeout=timeout,
+    if root != ROOT:  # the baseline checkout's libai_ext first on the ranks' path
+        env = dict(env or os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    launch(os.path.join(root, "benchmarks", "timed_train_net.py"), nproc, args, timeout=timeout,
            workdir=output + "-logs", env=env, device=device)
     timings = {}
     for rank in range(nproc):
@@ -162,6 +172,21 @@ def table(results, failures=None):
     return "\n".join(lines)
 
 
+def baseline_table(results, paired):
+    """This checkout against ``--baseline``, per variant: median steps and the ratio of each repeat's pair."""
+    lines = ["| ranks (dp,tp,pp) | trainer | step time (s) | baseline step time (s) | step / baseline "
+             "| per-repeat ratios |", "|---|---|---|---|---|---|"]
+    for nproc, by_variant in results.items():
+        for variant, (step, _, _, _) in by_variant.items():
+            if variant.endswith(BASELINE) or variant + BASELINE not in by_variant:  # (a failed side has no ratio)
+                continue
+            base = by_variant[variant + BASELINE][0]
+            ratios = ", ".join(f"{r:.3f}" for r in paired[nproc][variant])
+            lines.append(f"| {nproc} {LAYOUTS[nproc]} | {variant} | {step:.3f} | {base:.3f} | {step / base:.3f} "
+                         f"| {ratios} |")
+    return "\n".join(lines)
+
+
 def title(args):
     """What a results file of this script holds, e.g. 'Whole training step, gpt2 on 8 ranks: stock vs
     layout_invariant, 10 repeats'."""
@@ -169,7 +194,8 @@ def title(args):
     variants = "every trainer" if list(args.variants) == list(VARIANTS) else " vs ".join(args.variants)
     repeats = f"{args.repeats} repeat{'s' * (args.repeats > 1)}"
     mode = ", graph mode" if args.graph else ""
-    return f"Whole training step{mode}, {args.model} on {ranks} ranks: {variants}, {repeats}"
+    against = " against a baseline checkout" if args.baseline else ""
+    return f"Whole training step{mode}, {args.model} on {ranks} ranks: {variants}{against}, {repeats}"
 
 
 def main():
@@ -185,29 +211,43 @@ def main():
                         help="default: all four (ratios to a variant left out read '-')")
     parser.add_argument("--out", default=None,
                         help="default: benchmarks/results/trainer_overhead.md (demo), trainer_overhead_<model>.md")
+    parser.add_argument("--baseline", default=None, metavar="CHECKOUT",
+                        help="also run every variant from this other checkout of the project (e.g. the commit a "
+                             "change starts from: git worktree add /tmp/base <commit>), interleaved, and add a "
+                             "table of the ratios (needs its compiled host kernel: `make setup` there, or copy "
+                             "libai_ext/random/_counter_kernel*.so)")
     args = parser.parse_args()
     suffix = ("" if args.model == "demo" else f"_{args.model}") + ("_graph" if args.graph else "")
     args.out = args.out or os.path.join(ROOT, "benchmarks", "results", f"trainer_overhead{suffix}.md")
     workdir = tempfile.mkdtemp(prefix="overhead-")
-    results, failures = {}, {}
+    results, failures, paired = {}, {}, {}
+    variants = list(args.variants)
+    if args.baseline:
+        variants = [v for variant in variants for v in (variant, variant + BASELINE)]
     for nproc in args.ranks:
-        samples = {variant: [] for variant in args.variants}
+        samples = {variant: [] for variant in variants}
         for repeat in range(args.repeats):
-            for variant in rotated(args.variants, repeat):  # interleaved, so drift hits every variant alike
+            for variant in rotated(variants, repeat):  # interleaved, so drift hits every variant alike
                 if (nproc, variant) in failures:
                     continue
+                root = os.path.abspath(args.baseline) if variant.endswith(BASELINE) else ROOT
                 try:
                     timings = run(args.model, nproc, variant, args.iters, os.path.join(workdir, f"r{repeat}"),
-                                  workdir, graph=args.graph)
+                                  workdir, graph=args.graph, root=root)
                 except MultiRankError as error:  # a layout OneFlow cannot run: a row says so, the rest goes on
                     failures[(nproc, variant)] = failure_reason(error)
-                    print(f"{nproc} ranks, {variant}, repeat {repeat}: failed: {failures[(nproc, variant)]}", flush=True)
+                    print(f"{nproc} ranks, {variant}, repeat {repeat}: failed: {failures[(nproc, variant)]}",
+                          flush=True)
                     continue
                 samples[variant].append(summarize(timings, nproc, args.warmup))
                 step, cpu, _ = samples[variant][-1]
                 print(f"{nproc} ranks, {variant}, repeat {repeat}: step {step:.3f} s, CPU {cpu:.2f} s", flush=True)
         results[nproc] = {variant: combine(runs) for variant, runs in samples.items() if runs}
+        paired[nproc] = {v: [a[0] / b[0] for a, b in zip(samples[v], samples[v + BASELINE])]
+                         for v in args.variants} if args.baseline else {}
     text = table(results, failures)
+    if args.baseline:
+        text += "\n\nThis checkout against " + args.baseline + ":\n\n" + baseline_table(results, paired)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         f.write(header(title(args)) + setting(args) + "\n\n" + text + "\n")

@@ -23,6 +23,7 @@ _EXPORTS = {
     "UnkeyedGraphDraw": ".layers",
     "build_with_seeded_init": ".random", "recording_init": ".random", "reinitialize": ".random",
     "watch_late_parameters": ".random", "convert_stochastic_layers": ".layers", "drawing_step": ".random.draws",
+    "watch_model": ".layers.stochastic_ops",
 }
 _SUBPACKAGES = ("cli", "compat", "data", "engine", "layers", "models", "random", "testing")
 __all__ = sorted(_EXPORTS, key=str.lower)

@@ -181,37 +181,6 @@ def test_a_sample_looks_the_same_wherever_it_is_read(digits):
     assert not np.array_equal(plain[0], plain[2])
 
 
-class SometimesOneFlow(flow.utils.data.Dataset):
-    """numpy noise on every sample; from ``draw_from``'s index on, OneFlow noise too."""
-
-    def __init__(self, draw_from):
-        self.draw_from = draw_from
-
-    def __len__(self):
-        return 64
-
-    def __getitem__(self, index):
-        value = float(np.random.rand())
-        if index >= self.draw_from:
-            value += float(flow.rand(1).numpy()[0])
-        return value
-
-
-def test_batches_that_draw_nothing_from_oneflow_leave_its_generator_alone():
-    """After a first batch without OneFlow draws, batches key python and numpy only; one that draws
-    from OneFlow after all is read again with OneFlow keyed too: every value is that of the same
-    dataset keyed in full from the start."""
-    learning = KeyedAugmentation(SometimesOneFlow(draw_from=40), 3)
-    in_full = KeyedAugmentation(SometimesOneFlow(draw_from=40), 3)
-    in_full.draws_from_oneflow = True  # never learns: every batch keyed with all three streams
-    modes = []
-    for start in (0, 8, 16, 40, 48):
-        batch = EpochBatch(list(range(start, start + 8)), epoch=0)
-        assert learning[batch] == in_full[batch], start
-        modes.append(learning.draws_from_oneflow)
-    assert modes == [False, False, False, True, True]
-
-
 def test_workers_load_what_the_main_process_loads(digits):
     def loader(workers):
         sampler = GlobalOrderBatchSampler(digits, 8, seed=3)

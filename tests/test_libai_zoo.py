@@ -6,8 +6,8 @@ tests/test_zoo_equivalence.py).
 * the fused dropout ops LiBai calls under ``bias_dropout_fusion`` have no CPU kernel in OneFlow 0.9.0
   (stock fails); routed, they run and draw exactly the masks of the unfused path;
 * ``train.seed`` controls the masks (stock ``nn.Dropout`` ignores every seed);
-* the audit refuses a forward that draws from OneFlow's generators, naming the module and the line
-  (warns under "fast"), and raises nothing on LiBai's own models.
+* the audit refuses, by module name and source line, the random ops no key covers (warns under
+  "fast"), and raises nothing on LiBai's own models; a draw in a helper function is keyed.
 """
 import logging
 import sys
@@ -152,9 +152,9 @@ def test_the_seed_controls_the_masks_and_stock_ignores_it(routed):
     np.testing.assert_array_equal(stock[1], stock[2])  # OneFlow's nn.Dropout ignores the seed
 
 
-class DrawsFromOneFlow(flow.nn.Module):
+class SamplesCategories(flow.nn.Module):
     def forward(self, x):
-        return x * flow.rand(*x.shape)
+        return flow.multinomial(x.softmax(-1), 1)
 
 
 class DrawsInAHelper(flow.nn.Module):
@@ -171,33 +171,37 @@ class FunctionalDropout(flow.nn.Module):
         return flow.nn.functional.dropout(x, 0.5, training=self.training)
 
 
-def test_the_audit_refuses_a_forward_drawing_from_oneflow_and_names_it(caplog):
+def test_the_audit_refuses_an_op_no_key_covers_and_names_it(caplog):
     from libai_ext.random.audit import StochasticModelError, audit_stochastic_ops
 
-    model = flow.nn.Sequential(flow.nn.Linear(4, 4), DrawsFromOneFlow())
-    with pytest.raises(StochasticModelError, match=r"1 \(DrawsFromOneFlow.forward\): calls rand at .*test_libai_zoo.py"):
+    model = flow.nn.Sequential(flow.nn.Linear(4, 4), SamplesCategories(), flow.nn.LSTM(4, 4, 2, dropout=0.5))
+    with pytest.raises(StochasticModelError, match=r"1 \(SamplesCategories.forward\): calls multinomial at "
+                                                   r".*test_libai_zoo.py") as refused:
         audit_stochastic_ops(model, "layout_invariant")
+    assert "2: a oneflow.nn.LSTM module" in str(refused.value)
     with caplog.at_level(logging.WARNING):
-        assert len(audit_stochastic_ops(model, "fast")) == 1
-    assert "calls rand" in caplog.text
-    assert audit_stochastic_ops(flow.nn.Sequential(FunctionalDropout(), DrawsInAHelper()), "layout_invariant") == []
+        assert len(audit_stochastic_ops(model, "fast")) == 2
+    assert "calls multinomial" in caplog.text
+    routed_ops = flow.nn.Sequential(FunctionalDropout(), DrawsInAHelper(), flow.nn.LSTM(4, 4, 2), flow.nn.Dropout2d())
+    assert audit_stochastic_ops(routed_ops, "layout_invariant") == []
 
 
-def test_a_draw_hidden_in_a_helper_is_refused_when_the_forward_runs(routed):
+def test_a_draw_in_a_helper_is_keyed_when_the_forward_runs(routed):
     from libai_ext import seed_everything
-    from libai_ext.layers.stochastic_ops import StochasticOpError
+    from libai_ext.random.draws import drawing_step
 
     seed_everything(1, randomness="layout_invariant")
     model = DrawsInAHelper()
     routed.watch_model(model)
-    with pytest.raises(StochasticOpError, match=r"oneflow randn at .*test_libai_zoo.py:\d+ \(noisy\)"):
-        model(flow.ones(2, 2))
+    drawn = []
+    for seed in (1, 2):
+        flow.manual_seed(seed)  # OneFlow's generator is not what draws
+        with drawing_step(4):
+            drawn.append(model(flow.ones(2, 2)).numpy())
+    np.testing.assert_array_equal(*drawn)
+    with drawing_step(5):
+        assert not np.array_equal(model(flow.ones(2, 2)).numpy(), drawn[0])
     assert flow.randn(2).shape == (2,)  # outside a forward: OneFlow's own
-    seed_everything(1, randomness="fast")
-    try:
-        assert model(flow.ones(2, 2)).shape == (2, 2)  # warned, drawn by OneFlow
-    finally:
-        seed_everything(1, randomness="layout_invariant")
 
 
 def test_functional_dropout_of_any_module_gets_a_stream_named_after_it(routed):
@@ -210,8 +214,8 @@ def test_functional_dropout_of_any_module_gets_a_stream_named_after_it(routed):
     first = forward_in_step(model, x, 0)
     np.testing.assert_array_equal(first, forward_in_step(model, x, 0))  # the step decides
     assert not np.array_equal(first, forward_in_step(model, x, 1))
-    stream = [layer.stream for layer in routed._own_streams.values()]
-    assert "0:dropout" in stream
+    streams = [layer.stream for owned in routed._streams.values() for layer in owned.values()]
+    assert any(stream.startswith("0:dropout@test_libai_zoo.py:") for stream in streams), streams
     assert np.array_equal(model.eval()(x).numpy(), x.numpy())
 
 

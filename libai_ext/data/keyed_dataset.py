@@ -16,20 +16,24 @@ worker and after a resume (though not on another data-parallel split: the loader
 ``collate_fn`` seen drawing, see ``engine.global_loader``).
 
 Whole batches, not single samples, because OneFlow's generator state costs milliseconds to
-save and restore (it waits for every queued kernel).  And only where the dataset draws from
-OneFlow at all: the first batch is read with all three streams keyed, and if it made no OneFlow
-draw (``random.oneflow_draws`` counts them; flowvision's crops and flips draw from numpy) the next
-ones key python and numpy only, leaving OneFlow's generator and its queue alone.  A later batch
-that draws from OneFlow after all is read again with the three keyed, and so are the rest (its
-discarded read advanced this rank's own OneFlow CPU stream, which nothing under
-``train.randomness="layout_invariant"`` reads).  So the loader takes the sampler as ``sampler`` with ``batch_size=None``
-(each of its items is a batch); with ``num_workers > 0`` the epoch travels with the batch.
+save and restore (it waits for every queued kernel).  And OneFlow's generator is keyed per sample
+only where the dataset draws from it, which is read from the generator itself, not from the names
+the dataset calls (it may reach OneFlow through any op, a ``Tensor`` method, a name bound at
+import): a batch is first read with python and numpy keyed per sample and OneFlow's CPU generator
+freshly seeded with a probe seed.  Right after seeding, OneFlow 0.9.0's Mersenne Twister block is
+unused, so any draw regenerates it and the saved state changes (later draws within a block would
+not show).  If the state is still the probe's, nothing drew from OneFlow and the batch stands; if
+not, the batch is read again with OneFlow keyed per sample too, and so is every later batch (its
+discarded read advanced nothing training reads).  ``benchmarks/loader_keying.py`` measures both.
+So the loader takes the sampler as ``sampler`` with ``batch_size=None`` (each of its items is a
+batch); with ``num_workers > 0`` the epoch travels with the batch.
 """
 from oneflow.utils.data import Dataset
 
-from ..random import oneflow_draws
-from ..random.oneflow_draws import watch_oneflow_draws
-from ..random.sample_keys import owned_generator_seed, preserved_streams, seed_batch_streams, seed_streams
+from ..random.sample_keys import (
+    oneflow_untouched_since_probe, owned_generator_seed, preserved_streams, seed_batch_streams, seed_oneflow_probe,
+    seed_streams,
+)
 
 
 class KeyedAugmentation(Dataset):
@@ -38,8 +42,7 @@ class KeyedAugmentation(Dataset):
         self.seed = int(seed)
         self.collate_fn = collate_fn
         self.owned_generators = tuple(owned_generators)
-        self.draws_from_oneflow = None  # unknown until the first batch is read
-        watch_oneflow_draws()  # samples that draw nothing from OneFlow need no wait (sample_keys)
+        self.draws_from_oneflow = False  # until a batch is seen drawing from OneFlow's generator
 
     def __len__(self):
         return len(self.dataset)
@@ -49,19 +52,14 @@ class KeyedAugmentation(Dataset):
         if epoch is None:
             raise TypeError(f"KeyedAugmentation reads whole batches that know their epoch (an EpochBatch, as "
                             f"GlobalOrderBatchSampler yields them), not {batch!r}")
-        if self.draws_from_oneflow is False and oneflow_draws.watching():
-            before = oneflow_draws.draw_count()
-            with preserved_streams(oneflow=False):
-                result = self._keyed_batch(batch, epoch, oneflow=False)
-            if oneflow_draws.draw_count() == before:
-                return result
-            self.draws_from_oneflow = True  # it drew after all: read again, OneFlow's generator keyed too
-        before = oneflow_draws.draw_count()
         with preserved_streams(oneflow=True):
-            result = self._keyed_batch(batch, epoch, oneflow=True)
-        if self.draws_from_oneflow is None and oneflow_draws.watching():
-            self.draws_from_oneflow = oneflow_draws.draw_count() != before
-        return result
+            if not self.draws_from_oneflow:
+                seed_oneflow_probe()
+                result = self._keyed_batch(batch, epoch, oneflow=False)
+                if oneflow_untouched_since_probe():
+                    return result
+                self.draws_from_oneflow = True
+            return self._keyed_batch(batch, epoch, oneflow=True)
 
     def _keyed_batch(self, batch, epoch, oneflow):
         samples = [self._read(epoch, index, oneflow) for index in batch]
@@ -71,7 +69,7 @@ class KeyedAugmentation(Dataset):
                            oneflow=oneflow)
         return self.collate_fn(samples)
 
-    def _read(self, epoch, index, oneflow=True):
+    def _read(self, epoch, index, oneflow):
         seed_streams(self.seed, epoch, index, oneflow=oneflow)
         for site in self.owned_generators:
             site.reseed(self.dataset, owned_generator_seed(self.seed, epoch, index, site.path))

@@ -176,10 +176,13 @@ class ConsistentBatchTrainer(DefaultTrainer):
         (``train_iter`` is multiplied by the accumulation), a graph takes a whole step per call."""
         data_parallel = dist.get_dist_util().data_parallel_size
         accumulation = try_get_key(self.cfg, "train.num_accumulation_steps", default=1) or 1
+        micro_batch = try_get_key(self.cfg, "train.train_micro_batch_size", default=None)
+        batch = dict(data_parallel=data_parallel, data_parallel_rank=placement_data_parallel_rank(),
+                     batch_rows=None if micro_batch is None else int(micro_batch) * data_parallel)
         if try_get_key(self.cfg, "graph.enabled", default=False):
-            return dict(step=self.iter, data_parallel=data_parallel)  # GraphBase numbers the micro-batches
+            return dict(step=self.iter, **batch)  # GraphBase numbers the micro-batches
         return dict(step=self.iter // accumulation, micro=self.iter % accumulation, micro_batches=accumulation,
-                    data_parallel=data_parallel)
+                    **batch)
 
     @classmethod
     def build_tokenizer(cls, cfg):

@@ -14,9 +14,9 @@ op, routed by ``stochastic_ops``, draws from the stream of that role: the fused 
 model draw the same masks.
 
 Attribute names stay, so checkpoints keep their keys (the layers hold no state).  A converted
-layer follows its parent's pipeline stage (``layer_idx=None``).  Stochastic OneFlow modules with
-no counterpart here (``Dropout1d/2d/3d``, ``AlphaDropout``, ``RReLU``...) are left alone;
-``libai_ext.random.audit`` refuses or warns about them by name.
+layer follows its parent's pipeline stage (``layer_idx=None``).  Other stochastic OneFlow modules
+(``Dropout1d/2d/3d``, ``FusedMLP``, the RNNs) are left alone: the ops their forward calls are
+routed (``stochastic_ops``) or refused by name (``libai_ext.random.audit``).
 """
 import oneflow as flow
 

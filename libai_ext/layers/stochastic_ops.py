@@ -1,34 +1,35 @@
-"""OneFlow's stochastic functions inside a model's forward, drawn from ``libai_ext``'s streams.
+"""Every random op of OneFlow inside a model's forward, drawn from ``libai_ext``'s streams or refused by name.
 
-``route_stochastic_ops()`` (the trainer calls it once per process; explicit, idempotent) replaces
-these functions under every name code reaches them by (``oneflow._C.<name>``, ``oneflow.<name>``,
-``oneflow.nn.functional.<name>``):
+``route_stochastic_ops()`` (the trainer calls it once per process; explicit, idempotent) hands the
+calls ``random.oneflow_draws`` wraps (every op of the random-op inventory, under every name that
+reaches it: module attributes, names bound at import, ``Tensor`` methods, helper functions) to
+``route`` while a watched model's forward runs (``watch_model``: the trainer's model) or a graph
+is traced.  Anywhere else (data augmentation, initial weights) OneFlow's own ops run.
 
-* the dropout family, with OneFlow's arguments and results (the semantics OneFlow's own tests
-  state; the fused ones have no CPU kernel in 0.9.0, so this also lets LiBai's fused configs, and
-  LiBai main's Swin, which hard-codes one, run on CPU):
+Inside a forward, each call belongs to the nearest module of a watched model whose ``forward`` is
+on the stack (the calling frame's ``self``, or a helper's caller), and to its call site (the first
+frame outside OneFlow's own Python, e.g. the user line that called ``Tensor.uniform_``):
 
-  - ``dropout(x, p, training, inplace, generator, addend)`` (``F.dropout``);
-  - ``fused_bias_add_dropout(x, bias, p, axis)``: dropout of ``bias_add(x, bias, axis)``;
-  - ``fused_scale_mask_softmax_dropout(x, mask, fill_value, scale, p)``: dropout of
-    ``softmax(x * mask * scale + fill_value * (1 - mask))``; returns ``(dropped, softmax)``;
-  - ``fused_scale_tril_softmax_mask_scale(x, p, diagonal, tril_scale_value, tril_fill_value)``:
-    the same with the lower triangle from ``diagonal`` as the mask.
+* the dropout family draws from a ``libai_ext.layers.Dropout``: for LiBai's layers the one of the
+  op's role (``conversion.ROLES``: the fused and unfused paths draw the same masks), for any other
+  module one per (call site, rate), named ``<module>:<op>@<file>:<line>(<function>)/p=<p>``;
+* the other random ops (``rand``, ``randn``, ``randint``, ``randperm``, ``normal``,
+  ``bernoulli``, ``uniform_``, ``exponential_``, ``gumbel_softmax``...) draw from a stream per call
+  site, ``<module>:<op>@<file>:<line>(<function>)``, by each element's global position
+  (``random.forward_draws``);
+* ops no key can make layout-independent (``random.audit.REFUSED``: the RNNs' dropout, data
+  readers, embedding stores) are refused under ``train.randomness="layout_invariant"``, naming the
+  op and the call site, and run as OneFlow's with one warning per call site under ``"fast"``.
 
-  Each call from a watched model (``watch_model``: the trainer's) draws from the stream of the
-  module whose ``forward`` made it (the ``self`` of the calling frame): for LiBai's layers the ``Dropout`` of the op's role (``conversion.ROLES``), so
-  fused and unfused paths draw the same masks; for any other module a stream of its own named
-  ``<module name>:<op>``.  A fused op drops in training only (its module's mode).  A call from
-  code that is no module's ``forward`` cannot be keyed: inside a model's forward it is refused
-  under ``train.randomness="layout_invariant"``, naming the op and the call site, and runs
-  OneFlow's own op with a warning under ``"fast"``.
-* OneFlow's random factories and in-place draws (``random.oneflow_draws`` watches them):
-  inside the forward of a watched model's module (``watch_model``: the trainer's model; found on
-  the call stack, so an exception leaves nothing behind) they draw from OneFlow's generators,
-  which depend on the rank and the layout: refused under "layout_invariant", warned about once per
-  call site under "fast".  Anywhere else (data augmentation, initial weights) they are OneFlow's own.
+A module that is no part of a watched model (a teacher held outside the module tree) drawing
+inside a watched forward is refused the same way: watch it too.  Two watched models with the same
+qualified names (a teacher and its student built apart, a discriminator) would draw the same
+masks: the second is watched with a ``place`` (``watch_model(teacher, place="teacher")``), which
+prefixes its streams, and running both unprefixed in one training step is refused.  The trainer's
+own model keeps its plain names.
 """
 import logging
+import os
 import sys
 import weakref
 
@@ -36,40 +37,32 @@ import oneflow as flow
 from oneflow import nn
 from oneflow.nn.graph.proxy import ProxyModule
 
-from ..random import modes, oneflow_draws
+from ..random import draws, forward_draws, modes, oneflow_draws
+from . import graph_calls, random_ops
 from .conversion import roles_of
-from .stochastic import Dropout
+from .stochastic import Dropout, DropPath
 
 logger = logging.getLogger(__name__)
 
-_NAMESPACES = (flow._C, flow, flow.nn.functional)
-
-_originals = {}       # (namespace, name) -> OneFlow's own
-_watched = weakref.WeakValueDictionary()  # id(module) -> module of a watched model
-_module_names = {}    # id(module) -> qualified name (``watch_model``)
-_STACK_DEPTH = 64     # frames searched for a watched module's forward
-_own_streams = {}     # (id(module), op, p) -> Dropout of a module with no role for the op
+_names = weakref.WeakKeyDictionary()    # module of a watched model -> its stream name ("model" for a root)
+_roots = []                             # weakrefs to watched roots, in the order they were watched
+_prefixes = weakref.WeakKeyDictionary()  # root -> the prefix of its streams ("" for the trainer's)
+_entered = {}                           # prefix -> (step token, weakref to the root that ran in that step)
+_streams = weakref.WeakKeyDictionary()  # module -> {key of a call site's stream: Dropout or _Stream}
 _warned_sites = set()
+_ONEFLOW_DIR = os.path.dirname(flow.__file__) + os.sep
+_ROUTING_FILES = {os.path.abspath(m.__file__).rstrip("c") for m in (oneflow_draws, random_ops)} | \
+    {os.path.abspath(__file__).rstrip("c")}
+_internal_files = {}
+_LIBAI_EXT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_STACK_LIMIT = 256
 
 
 class StochasticOpError(RuntimeError):
-    """A stochastic op inside a model's forward that libai_ext cannot key by global position."""
+    """A random op inside a model's forward that libai_ext cannot key by global position."""
 
 
-def _native(name):
-    return _originals.get((flow._C, name), getattr(flow._C, name))
-
-
-def _site(frame):
-    return f"{frame.f_code.co_filename}:{frame.f_lineno} ({frame.f_code.co_name})"
-
-
-def _caller():
-    """``(module or None, frame)`` of the code that called a routed function (frame 0 is
-    ``_caller``, 1 the routed function, 2 its caller)."""
-    frame = sys._getframe(2)
-    return _module_of(frame), frame
-
+# ---- which model, which module, which line -----------------------------------------------------
 
 def _module_of(frame):
     owner = frame.f_locals.get("self")
@@ -78,149 +71,276 @@ def _module_of(frame):
     return owner if isinstance(owner, nn.Module) else None
 
 
-def in_model_forward(frame):
-    """Whether ``frame`` runs inside the forward of a watched model's module."""
-    for _ in range(_STACK_DEPTH):
+def _internal(code):
+    """Frames of OneFlow's Python and of this routing: a call site is the first frame outside them."""
+    name = code.co_filename
+    found = _internal_files.get(name)
+    if found is None:
+        path = os.path.abspath(name)
+        found = _internal_files[name] = path.startswith(_ONEFLOW_DIR) or path in _ROUTING_FILES
+    return found
+
+
+def _locate(frame):
+    """``(watched module, call-site frame, unwatched module drawing inside it or None)``, or None when no
+    watched module's forward is on the stack."""
+    site = stray = None
+    for _ in range(_STACK_LIMIT):
         if frame is None:
-            return False
-        if frame.f_code.co_name == "forward":
-            owner = _module_of(frame)
-            if owner is not None and _watched.get(id(owner)) is owner:
-                return True
+            return None
+        code = frame.f_code
+        if site is None and not _internal(code):
+            site = frame
+        if code.co_name == "forward":
+            module = _module_of(frame)
+            if module is not None:
+                if module in _names:
+                    return module, site or _first_outside(frame), stray
+                stray = stray or module
         frame = frame.f_back
-    return False
+    return None
 
 
-def watch_model(model):
-    """Treat ``model``'s forward as training's: name its modules (streams of modules with no role are
-    named by them) and guard OneFlow's random factories inside it."""
-    for name, module in model.named_modules():
-        _module_names[id(module)] = name or "model"
-        _watched[id(module)] = module
+def _first_outside(frame):
+    """The first frame from ``frame`` up that is not OneFlow's (the line that called a OneFlow module)."""
+    start = frame
+    for _ in range(_STACK_LIMIT):
+        if frame is None:
+            return start
+        if not _internal(frame.f_code):
+            return frame
+        frame = frame.f_back
+    return start
 
 
-def _refuse_or_warn(what, site):
-    message = (f"{what} at {site}: libai_ext cannot draw it from a stream keyed by global position, so "
-               "training would depend on the parallel layout")
-    if modes.randomness() == "layout_invariant":
-        raise StochasticOpError(message + " (train.randomness='layout_invariant'; use a layer of libai_ext.layers, "
-                                "or train.randomness='fast')")
-    if site not in _warned_sites:
-        _warned_sites.add(site)
-        logger.warning(message + " (train.randomness='fast': OneFlow's generator draws it)")
+class Call:
+    """One call of a random op inside a watched forward: its module, call site and streams."""
+
+    def __init__(self, op, owner, site, stray):
+        self.op, self.owner, self.stray = op, owner, stray
+        self.owner_name = _names[owner]
+        code = site.f_code
+        self.where = f"{code.co_filename}:{site.f_lineno} ({code.co_name})"
+        self._site = f"{os.path.basename(code.co_filename)}:{site.f_lineno}({code.co_name})"
+        self._site_key = (code.co_filename, site.f_lineno)
+
+    @property
+    def fast(self):
+        """``"fast"`` eagerly; a graph draws the counter values in both modes (OneFlow 0.9.0's graph ignores
+        the generator a kernel is given, as ``layers.stochastic`` measured for dropout)."""
+        return modes.randomness() == "fast" and not oneflow_draws._lazy()
+
+    def refuse(self, what):
+        """Refuse (layout_invariant) or warn once per call site (fast, then returns)."""
+        message = (f"{what} at {self.where}, in the forward of {self.owner_name} "
+                   f"({type(self.owner).__name__}): libai_ext cannot key it by global position, so training "
+                   "would depend on the parallel layout")
+        if modes.randomness() != "fast":
+            raise StochasticOpError(message + " (train.randomness='layout_invariant'; see docs/randomness.md "
+                                    "for what each op does, or use train.randomness='fast')")
+        if self.where not in _warned_sites:
+            _warned_sites.add(self.where)
+            logger.warning(message + " (train.randomness='fast': OneFlow's generator draws it)")
+
+    def _own(self, key, make):
+        streams = _streams.setdefault(self.owner, {})
+        if key not in streams:
+            streams[key] = make()
+        return streams[key]
+
+    def layer(self, p, op=None):
+        """The ``Dropout`` drawing a dropout-family op at rate ``p``: the module's layer of the op's role,
+        else its own per (call site, rate)."""
+        op = op or self.op
+        role = roles_of(self.owner).get(op)
+        layer = getattr(self.owner, role, None) if role is not None else None
+        if isinstance(layer, Dropout):
+            if abs(layer.rate - float(p)) > 1e-9:
+                raise StochasticOpError(f"{self.owner_name}.{role}: {op} was called with p={p}, the layer drops "
+                                        f"with p={layer.rate}")
+            return layer
+
+        def make():
+            own = Dropout(float(p), layer_idx=None)  # (training: the call decides)
+            own.stream = f"{self.owner_name}:{op}@{self._site}/p={float(p)!r}"
+            return own
+        return self._own((op, self._site_key, float(p)), make)
+
+    def draw(self, layout, part=""):
+        """This call's ``forward_draws.Draw`` from the stream of its call site (``part``: one of several
+        draws the op makes)."""
+        return self.named_draw(f"{self.owner_name}:{self.op}{part}@{self._site}", layout)
+
+    def named_draw(self, name, layout):
+        """The next draw of the stream ``name`` at this call site."""
+        return self._own((name, self._site_key), lambda: _Stream(name)).next_draw(layout)
 
 
-def _layer_for(owner, frame, op, p):
-    """The ``Dropout`` drawing ``op`` for ``owner``; None (after refusing or warning inside a
-    model's forward) where the caller is no module."""
-    if owner is None or _watched.get(id(owner)) is not owner:
-        if owner is None and in_model_forward(frame):
-            _refuse_or_warn(f"oneflow {op} called outside any module's forward", _site(frame))
-        return None  # (a module of no watched model: not training's, OneFlow's own)
-    role = roles_of(owner).get(op)
-    layer = getattr(owner, role, None) if role is not None else None
-    if isinstance(layer, Dropout):
-        if abs(layer.rate - float(p)) > 1e-9:
-            raise StochasticOpError(f"{_module_names.get(id(owner), type(owner).__name__)}.{role}: {op} was called "
-                                    f"with p={p}, the layer drops with p={layer.rate}")
-        return layer
-    key = (id(owner), op, float(p))
-    if key not in _own_streams:
-        _own_streams[key] = Dropout(float(p), layer_idx=None)  # (training: the call decides)
-        _own_streams[key].stream = f"{_module_names.get(id(owner), type(owner).__name__)}:{op}"
-    return _own_streams[key]
+class _Stream:
+    """The draws of one call site (its name keys them; ``draws.CallCounter`` numbers them)."""
+
+    def __init__(self, name):
+        self.stream = name
+        self.counter = draws.CallCounter()
+
+    def next_draw(self, layout):
+        if oneflow_draws._lazy():
+            traced = graph_calls.traced_draw(self, layout)
+            if traced is None:
+                step, call, info = self.counter.next()
+                logger.warning(f"random op stream {self.stream!r} traced outside libai_ext's GraphBase: its draw "
+                               "is frozen, every step of this graph draws the same values")
+                return forward_draws.Draw(self.stream, step, call, None, lazy=True)
+            step_info, call = traced
+            outer = draws.current_step()
+            if outer is not None:  # the trainer's step: where the batch's rows are
+                step_info.batch_rows, step_info.data_parallel_rank = outer.batch_rows, outer.data_parallel_rank
+            return forward_draws.Draw(self.stream, step_info.step, call, step_info, lazy=True)
+        step, call, info = self.counter.next()
+        return forward_draws.Draw(self.stream, step, call, info)
 
 
-def _dropped(layer, x, training):
-    return layer.drop(x) if training and layer.rate > 0.0 else x
+# ---- the router ------------------------------------------------------------------------------------
 
-
-# ---- the dropout family -----------------------------------------------------------------------
-
-def dropout(x, p=0.5, training=True, inplace=False, generator=None, addend=None):
-    owner, frame = _caller()
-    layer = _layer_for(owner, frame, "dropout", p)
-    if layer is None:
-        return _native("dropout")(x, p, training, inplace, generator, addend=addend)
-    y = _dropped(layer, x, training)
-    return y if addend is None else y + addend
-
-
-def fused_bias_add_dropout(x, bias, p=0.5, axis=1, generator=None):
-    owner, frame = _caller()
-    layer = _layer_for(owner, frame, "fused_bias_add_dropout", p)
-    if layer is None:
-        return _native("fused_bias_add_dropout")(x, bias, p=p, axis=axis)
-    return _dropped(layer, flow._C.bias_add(x, bias, axis=axis), owner.training)
-
-
-def _masked_scores(x, mask, scale, fill_value):
-    mask = mask.to(x.dtype)
-    return x * mask * scale + fill_value * (1.0 - mask)
-
-
-def fused_scale_mask_softmax_dropout(x, mask, fill_value=0.0, scale=1.0, p=0.5, generator=None):
-    owner, frame = _caller()
-    layer = _layer_for(owner, frame, "fused_scale_mask_softmax_dropout", p)
-    if layer is None:
-        return _native("fused_scale_mask_softmax_dropout")(x, mask, fill_value=fill_value, scale=scale, p=p)
-    probabilities = flow.softmax(_masked_scores(x, mask, scale, fill_value), dim=-1)
-    return _dropped(layer, probabilities, owner.training), probabilities
-
-
-def fused_scale_tril_softmax_mask_scale(x, p=0.5, diagonal=0, tril_scale_value=1.0, tril_fill_value=0.0,
-                                        generator=None):
-    owner, frame = _caller()
-    layer = _layer_for(owner, frame, "fused_scale_tril_softmax_mask_scale", p)
-    if layer is None:
-        return _native("fused_scale_tril_softmax_mask_scale")(
-            x, p=p, diagonal=diagonal, tril_scale_value=tril_scale_value, tril_fill_value=tril_fill_value)
-    lower = flow.tril(flow.ones_like(x), diagonal)
-    probabilities = flow.softmax(_masked_scores(x, lower, tril_scale_value, tril_fill_value), dim=-1)
-    return _dropped(layer, probabilities, owner.training), probabilities
-
-
-DROPOUT_OPS = {"dropout": dropout, "fused_bias_add_dropout": fused_bias_add_dropout,
-               "fused_scale_mask_softmax_dropout": fused_scale_mask_softmax_dropout,
-               "fused_scale_tril_softmax_mask_scale": fused_scale_tril_softmax_mask_scale}
-
-
-# ---- OneFlow's random factories inside a forward ----------------------------------------------------
-
-def _refuse_in_forward(name, frame):
-    """A check of ``random.oneflow_draws``: a draw from OneFlow inside the trained model's forward."""
-    if in_model_forward(frame):
-        _refuse_or_warn(f"oneflow {name}", _site(frame))
-
-
-def _replace(namespace, name, replacement):
-    original = getattr(namespace, name, None)
-    if original is None:
-        return
-    _originals.setdefault((namespace, name), original)
-    setattr(namespace, name, replacement)
+def route(name, original, args, kwargs):
+    """What a wrapped random op does inside a forward (``oneflow_draws`` calls it)."""
+    located = _locate(sys._getframe(2))
+    if located is None:
+        if not oneflow_draws._lazy():
+            del oneflow_draws.forwards[:]  # entries a forward that raised left behind
+        return original(*args, **kwargs)
+    op = name[len("Tensor."):] if name.startswith("Tensor.") else name
+    call = Call(op, *located)
+    if call.stray is not None:
+        call.refuse(f"oneflow {op} called by {type(call.stray).__name__}, a module of no watched model "
+                    "(libai_ext.watch_model(that_model, place=...) keys it)")
+        return original(*args, **kwargs)
+    handler = random_ops.HANDLERS.get(op)
+    if handler is None:
+        call.refuse(f"oneflow {op} ({random_ops.REFUSED.get(op, 'not in the random-op inventory')})")
+        return original(*args, **kwargs)
+    try:
+        return handler(call, original, args, kwargs)
+    except forward_draws.LayoutDependentDraw as error:
+        call.refuse(f"oneflow {op}: {error}")
+    except random_ops.ArgumentsNotRead as error:
+        result = original(*args, **kwargs)  # OneFlow's own error where the call is wrong
+        call.refuse(f"oneflow {op} with arguments libai_ext cannot read ({error})")
+        return result
+    return original(*args, **kwargs)
 
 
 def route_stochastic_ops():
-    """Install the replacements (idempotent); ``unroute_stochastic_ops`` puts OneFlow's back."""
+    """Route the calls inside watched forwards (idempotent); ``unroute_stochastic_ops`` stops it."""
     oneflow_draws.watch_oneflow_draws()
-    oneflow_draws.add_draw_check(_refuse_in_forward)
-    if _originals:
-        return
-    native = {name: getattr(flow._C, name, None) for name in DROPOUT_OPS}
-    for namespace in _NAMESPACES:
-        for name, replacement in DROPOUT_OPS.items():
-            if native[name] is not None and getattr(namespace, name, None) is native[name]:
-                _replace(namespace, name, replacement)
+    oneflow_draws.set_router(route)
 
 
 def unroute_stochastic_ops():
-    """OneFlow's dropout ops back; its random factories stay counted, no longer checked here."""
-    for (namespace, name), original in _originals.items():
-        setattr(namespace, name, original)
-    _originals.clear()
-    oneflow_draws.remove_draw_check(_refuse_in_forward)
+    """OneFlow's own ops everywhere again (the wrappers stay, counting)."""
+    oneflow_draws.set_router(None)
 
 
 def routed():
-    return bool(_originals)
+    return oneflow_draws._router is route
+
+
+# ---- watched models -----------------------------------------------------------------------------
+
+def _enter(model, inputs):
+    _check_one_model_per_prefix(model)
+    oneflow_draws.forwards.append(model)
+    if _spotting is not None and _spotting[0]() is model:  # its first forward raised: that check ends
+        _stop_spotting(report=False)
+    if model not in _checked and _spotting is None and draws.current_step() is not None:
+        _checked.add(model)  # its first training forward: look for OneFlow's own random ops
+        _start_spotting(model)
+
+
+def _leave(model, inputs, output):
+    if oneflow_draws.forwards:
+        oneflow_draws.forwards.pop()
+    if _spotting is not None and _spotting[0]() is model:
+        _stop_spotting()
+
+
+# ---- the first forward: OneFlow's own random ops reached around the wrappers ------------------------
+
+_checked = weakref.WeakSet()
+_spotting = None  # (weakref to the root, the profile function it replaced, findings)
+
+
+def _start_spotting(model):
+    """Watch every C call of this forward (``sys.setprofile``, this thread): a reference to one of OneFlow's
+    random ops taken before the wrappers were installed (a default argument, a closure, an attribute)
+    calls it directly, and is refused by name when the forward ends."""
+    global _spotting
+    natives = oneflow_draws.originals()
+    methods = set(oneflow_draws.inventory()["tensor_methods"])
+    findings = []
+
+    def spot(frame, event, arg):
+        if event != "c_call":
+            return
+        name = natives.get(id(arg))
+        if name is None and getattr(arg, "__name__", None) in methods and isinstance(getattr(arg, "__self__", None),
+                                                                                     flow.Tensor):
+            name = f"Tensor.{arg.__name__}"
+        if name is not None and not os.path.abspath(frame.f_code.co_filename).startswith(_LIBAI_EXT_DIR):
+            findings.append(f"oneflow {name} at {frame.f_code.co_filename}:{frame.f_lineno} ({frame.f_code.co_name})")
+    _spotting = (weakref.ref(model), sys.getprofile(), findings)
+    sys.setprofile(spot)
+
+
+def _stop_spotting(report=True):
+    global _spotting
+    model, previous, findings = _spotting
+    _spotting = None
+    sys.setprofile(previous)
+    if not findings or not report:
+        return
+    message = (f"the forward of {type(model()).__name__} called OneFlow's own random ops through references "
+               f"taken before libai_ext routed them: {'; '.join(sorted(set(findings)))}. They draw from OneFlow's "
+               "generators, per rank and layout: call them by name (oneflow.rand, x.bernoulli(), ...)")
+    if modes.randomness() == "fast":
+        logger.warning(message + " (train.randomness='fast')")
+        return
+    raise StochasticOpError(message + " (train.randomness='layout_invariant')")
+
+
+def _check_one_model_per_prefix(model):
+    """Two watched models whose streams carry the same names (both unprefixed: built apart from one config,
+    a teacher and its student) would draw the same masks: refused when both run in one training step."""
+    step = draws.current_step()
+    if step is None:
+        return
+    prefix = _prefixes.get(model, "")
+    seen = _entered.get(prefix)
+    other = seen[1]() if seen is not None and seen[0] == step.token else None
+    if other is not None and other is not model:
+        raise StochasticOpError(
+            f"{type(model).__name__} and {type(other).__name__} both run in this training step with streams of the "
+            f"same names (prefix {prefix!r}): their dropout masks and draws would be the same. Watch the second "
+            "with libai_ext.watch_model(model, place='teacher') (any name of its place)")
+    _entered[prefix] = (step.token, weakref.ref(model))
+
+
+def watch_model(model, place=None):
+    """Treat ``model``'s forward as training's: its modules' random ops are routed (``route``), its
+    stochastic layers and call sites keyed by their qualified names, prefixed by ``place/`` when given
+    (a second model with the same names: a teacher, a discriminator; the trainer's model has none).
+    Returns the prefix."""
+    prefix = f"{place}/" if place else ""
+    _prefixes[model] = prefix
+    for name, module in model.named_modules():
+        _names[module] = prefix + (name or "model")
+    for name, module in model.named_modules() if prefix else ():
+        if isinstance(module, (Dropout, DropPath)):
+            module.stream = prefix + name
+    if not any(ref() is model for ref in _roots):
+        _roots.append(weakref.ref(model))
+        model.register_forward_pre_hook(_enter)
+        model.register_forward_hook(_leave)
+    if oneflow_draws.watching():
+        oneflow_draws.rebind_imported_names()
+    return prefix

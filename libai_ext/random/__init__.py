@@ -12,7 +12,11 @@
 * ``sample_keys``: the data order per (seed, epoch) and each sample's augmentation streams;
 * ``index_shuffle``: the keyed permutation behind that order, computed per position;
 * ``owned_generators`` / ``stream_probe``: generators a dataset owns and global streams a
-  ``collate_fn`` draws from, found so that the loader can key or refuse them.
+  ``collate_fn`` draws from, found so that the loader can key or refuse them;
+* ``op_inventory`` / ``oneflow_random_ops``: OneFlow's random ops, found in its own registries;
+  ``oneflow_draws`` wraps them under every name, ``forward_draws`` draws their values inside a
+  model's forward by global position, ``audit`` names the ones no key covers (``draws``: which
+  step and call a draw is).
 """
 from .index_shuffle import IndexShuffle
 from .init_recipes import InitRecorder, recording_init

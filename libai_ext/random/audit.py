@@ -1,22 +1,18 @@
-"""At build time: the stochastic ops a model would draw outside ``libai_ext``'s streams.
+"""At build time: the random ops of a model that libai_ext cannot key, refused by name.
 
+Inside a watched forward every random op of OneFlow is routed to a keyed stream
+(``layers.stochastic_ops``) but those of ``REFUSED``, which no key can make layout-independent.
 ``audit_stochastic_ops(model, randomness)`` runs after ``layers.convert_stochastic_layers`` and
 lists, by qualified name and source line:
 
-* stochastic OneFlow modules with no ``libai_ext`` counterpart (``Dropout1d/2d/3d``,
-  ``AlphaDropout``, ``FeatureAlphaDropout``, ``RReLU``) and any ``nn.Dropout`` / LiBai
-  ``DropPath`` still in the model;
-* calls, in the ``forward`` of any module class of the model (OneFlow's and ``libai_ext``'s own
-  excepted), to OneFlow's random factories and in-place draws (``rand``, ``randn``, ``randint``,
-  ``randperm``, ``bernoulli``, ``normal``, ``uniform_``, ``normal_``, ..., and LiBai's
-  ``drop_path`` function): they draw from OneFlow's generators, which depend on the rank and the
-  layout.  Dropout-family calls (``dropout``, the fused dropouts) are not listed: they are routed to
-  the calling module's stream (``layers.stochastic_ops``).
+* OneFlow modules whose ``forward`` reaches a refused op (from the random-op inventory:
+  ``nn.RNN``, ``nn.LSTM``, ``nn.GRU`` with ``dropout > 0``; the data readers);
+* calls to a refused op by name (``multinomial``...) in the ``forward`` of any module class of
+  the model (OneFlow's and libai_ext's own excepted).
 
-Under ``train.randomness="layout_invariant"`` any finding is refused (``RuntimeError`` listing
-them all); under ``"fast"`` each is a warning.  The scan reads source code: a draw hidden in a
-helper function the forward calls is not seen here, but ``stochastic_ops`` refuses it when the
-forward runs.
+Under ``train.randomness="layout_invariant"`` any finding is refused (``RuntimeError`` listing them
+all); under ``"fast"`` each is a warning.  The scan reads source code: a refused op hidden in a
+helper function is refused when the forward runs (``layers.stochastic_ops``).
 """
 import ast
 import inspect
@@ -27,9 +23,18 @@ import oneflow as flow
 
 logger = logging.getLogger(__name__)
 
-UNCOVERED_MODULES = ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout", "RReLU")
-RANDOM_CALLS = ("rand", "randn", "rand_like", "randn_like", "randint", "randint_like", "randperm", "bernoulli",
-                "normal", "multinomial", "uniform_", "normal_", "bernoulli_", "exponential_", "random_", "drop_path")
+_RNN_REASON = "its dropout between layers draws inside OneFlow's kernel"
+_EMBEDDING_REASON = "an embedding store that initialises new rows with OneFlow's generator"
+REFUSED = {  # op of the inventory -> why no key makes it layout-independent
+    "rnn_tanh": _RNN_REASON, "rnn_relu": _RNN_REASON, "lstm": _RNN_REASON, "gru": _RNN_REASON,
+    "multinomial": "categories sampled by OneFlow's kernel",
+    "one_embedding_lookup": _EMBEDDING_REASON, "one_embedding_fused_lookup": _EMBEDDING_REASON,
+}
+REFUSED.update({op: "a data-pipeline op with a seed of its own" for op in (
+    "dispatch_coco_reader", "dispatch_coin_flip", "dispatch_distributed_partial_fc_sample",
+    "dispatch_megatron_gpt_mmap_data_loader", "dispatch_ofrecord_image_decoder_random_crop",
+    "dispatch_ofrecord_reader", "dispatch_onerec_reader", "dispatch_raw_reader")})
+_DRAW_ONLY_WITH_DROPOUT = ("rnn_tanh", "rnn_relu", "lstm", "gru")  # modules refused where dropout > 0
 _EXEMPT_PACKAGES = ("oneflow.", "libai_ext.")
 
 
@@ -37,13 +42,27 @@ class StochasticModelError(RuntimeError):
     """The model draws randomness libai_ext cannot key (``train.randomness="layout_invariant"``)."""
 
 
-def _uncovered_module(module):
-    cls = type(module)
-    if cls.__module__.startswith("oneflow.nn") and cls.__name__ in UNCOVERED_MODULES:
-        return f"oneflow.nn.{cls.__name__}"
-    if cls.__name__ == "DropPath" and cls.__module__.startswith("libai.layers"):
-        return "libai.layers.DropPath"
-    return None
+def refused_modules():
+    """``{OneFlow module class: the refused ops its forward reaches}`` (from the random-op inventory)."""
+    from .oneflow_draws import inventory
+
+    found = {}
+    for qualified, ops in inventory()["python"].items():
+        prefix, _, name = qualified.rpartition(".")
+        cls = getattr(flow.nn, name, None) if prefix == "oneflow.nn" else None
+        refused = [op for op in ops if op in REFUSED]
+        if cls is not None and refused:
+            found[cls] = refused
+    return found
+
+
+def _refused_module(module, refused):
+    ops = refused.get(type(module))
+    if not ops:
+        return None
+    if all(op in _DRAW_ONLY_WITH_DROPOUT for op in ops) and not float(getattr(module, "dropout", 0.0) or 0.0) > 0:
+        return None
+    return f"a oneflow.nn.{type(module).__name__} module ({REFUSED[ops[0]]})"
 
 
 def _called_name(node):
@@ -56,7 +75,7 @@ def _called_name(node):
 
 
 def random_calls_in_forward(cls):
-    """``[(op, "file:line")]`` of random calls in ``cls.forward``'s source (``[]`` if unreadable)."""
+    """``[(op, "file:line")]`` of calls to refused ops in ``cls.forward``'s source (``[]`` if unreadable)."""
     forward = cls.__dict__.get("forward")
     if forward is None:
         return []
@@ -67,7 +86,7 @@ def random_calls_in_forward(cls):
         return []
     path = inspect.getsourcefile(forward)
     return [(_called_name(node), f"{path}:{first + node.lineno - 1}") for node in ast.walk(tree)
-            if isinstance(node, ast.Call) and _called_name(node) in RANDOM_CALLS]
+            if isinstance(node, ast.Call) and _called_name(node) in REFUSED]
 
 
 def _running_forward(cls):
@@ -80,19 +99,19 @@ def _running_forward(cls):
 
 def stochastic_findings(model):
     """Every finding (see the module docstring), as messages naming the modules and the source line."""
-    findings, calls = [], {}  # calls: (class, op, site) -> module names
+    findings, calls, refused = [], {}, refused_modules()  # calls: (class, op, site) -> module names
     for name, module in model.named_modules():
         label = name or "model"
-        uncovered = _uncovered_module(module)
-        if uncovered is not None:
-            findings.append(f"{label}: a {uncovered} module (no layout-invariant counterpart)")
+        found = _refused_module(module, refused)
+        if found is not None:
+            findings.append(f"{label}: {found}")
         owner = _running_forward(type(module))
         if owner is not None:
             for op, site in random_calls_in_forward(owner):
                 calls.setdefault((owner.__name__, op, site), []).append(label)
     for (cls_name, op, site), names in calls.items():
         where = names[0] if len(names) == 1 else f"{names[0]} and {len(names) - 1} more"
-        findings.append(f"{where} ({cls_name}.forward): calls {op} at {site}")
+        findings.append(f"{where} ({cls_name}.forward): calls {op} at {site} ({REFUSED[op]})")
     return findings
 
 
@@ -104,7 +123,7 @@ def audit_stochastic_ops(model, randomness):
     if randomness == "layout_invariant":
         raise StochasticModelError(
             "train.randomness='layout_invariant': the model draws randomness libai_ext cannot key by global "
-            "position (use libai_ext.layers.Dropout / DropPath, or train.randomness='fast'):\n  "
+            "position (docs/randomness.md lists what each random op does; or train.randomness='fast'):\n  "
             + "\n  ".join(findings))
     for finding in findings:
         logger.warning(f"train.randomness='fast': {finding}; OneFlow's generator draws it, per rank and layout")

@@ -1,66 +1,119 @@
-"""OneFlow's own random functions, watched: each draw is counted, and checked first.
+"""OneFlow's random ops, wrapped once under every name that reaches them: counted, and routed inside a forward.
 
 ``watch_oneflow_draws()`` (explicit, idempotent, process-wide; forked loader workers inherit it)
-wraps OneFlow's random factories (``rand``, ``randn``, ``randint``, ``randperm``, ``bernoulli``,
-``normal``, their ``_like`` forms, ``multinomial``, under ``oneflow.<name>``, ``oneflow._C.<name>``
-and ``oneflow.nn.functional.<name>``) and in-place draws (``Tensor.uniform_``, ``normal_``, ...).
-The values are OneFlow's; the wrappers only
+wraps every function of the random-op inventory (``op_inventory``; ``oneflow_random_ops.INVENTORY``
+for the OneFlow it was made from, derived again from the registries for another one):
 
-* count the draws (``draw_count``): keyed augmentation waits for OneFlow's queued kernels before
-  re-seeding the generator only when the previous sample drew from it (an eager kernel reads its
-  generator when it runs, not when it is queued; waiting after every sample cost 3-4x the
-  augmentation itself);
-* run the checks others register (``add_draw_check``): ``layers.stochastic_ops`` refuses draws
-  inside the trained model's forward.
+* under ``oneflow._C.<name>`` and the names that *are* it (``oneflow.rand``,
+  ``oneflow.nn.functional.dropout``...);
+* the ``Tensor`` methods implemented in C that reach one (``Tensor.bernoulli``, ``bernoulli_``);
+* every name a loaded module bound to one at import (``from oneflow.nn.functional import
+  dropout``, ``from oneflow._C import dropout``): ``rebind_imported_names``, run again when a
+  model is watched.  Modules imported later find the wrappers already in place.
+
+Python code that reaches them (``Tensor.uniform_``, ``Tensor.normal_``, ``nn.init.*``,
+``nn.Dropout``, a helper function) looks the names up when it runs, so it meets the wrappers too.
+What holds a reference taken before (a default argument, a closure) is left to
+``layers.stochastic_ops``'s check of the first forward.
+
+A wrapper counts the draw (``draw_count``), then calls OneFlow's own op, except inside a model's
+forward (``forwards`` not empty, or OneFlow tracing a graph), where it hands the call to the
+router ``layers.stochastic_ops`` installs (``set_router``).
 """
+import logging
 import sys
 
 import oneflow as flow
 
-FACTORIES = ("rand", "randn", "rand_like", "randn_like", "randint", "randint_like", "randperm", "bernoulli",
-             "normal", "multinomial")
-METHODS = ("uniform_", "normal_", "bernoulli_", "exponential_", "random_", "cauchy_", "log_normal_", "geometric_")
-_NAMESPACES = (flow._C, flow, flow.nn.functional)
+logger = logging.getLogger(__name__)
 
-_originals = {}  # (namespace, name) -> OneFlow's own
-_checks = []
+forwards = []    # the watched forwards running now (``layers.stochastic_ops`` pushes and pops them)
+_router = None
+_lazy = flow._oneflow_internal.lazy_mode.is_enabled
+_originals = {}  # (owner, attribute) -> OneFlow's own
+_wrappers = {}   # id(OneFlow's own) -> its wrapper
 _draws = 0
+_EXEMPT_MODULES = ("libai_ext.",)  # libai_ext calls OneFlow's own ops where it means to
 
 
-def _watched(name, original):
+def inventory():
+    """This OneFlow's random ops (the generated list when it was made from this version)."""
+    from . import oneflow_random_ops
+
+    if oneflow_random_ops.INVENTORY["oneflow"] == flow.__version__:
+        return oneflow_random_ops.INVENTORY
+    from . import op_inventory
+
+    logger.warning("libai_ext's random-op list was made for OneFlow %s, this is %s: deriving it from the "
+                   "registries (python -m libai_ext.random.op_inventory --write makes it for good)",
+                   oneflow_random_ops.INVENTORY["oneflow"], flow.__version__)
+    return op_inventory.derive()
+
+
+def _wrapped(name, original):
     def draw(*args, **kwargs):
         global _draws
         _draws += 1
-        if _checks:
-            frame = sys._getframe(1)
-            for check in _checks:
-                check(name, frame)
+        if _router is not None and (forwards or _lazy()):
+            return _router(name, original, args, kwargs)
         return original(*args, **kwargs)
-    draw.__name__ = name
-    draw.__wrapped__ = original
+    draw.__name__ = draw.__qualname__ = name
+    draw.__doc__, draw.__wrapped__ = original.__doc__, original
     return draw
 
 
+def _install(owner, attribute, name):
+    original = getattr(owner, attribute, None)
+    if original is None:
+        return
+    inner = getattr(original, "__wrapped__", None)
+    if inner is not None and _wrappers.get(id(inner)) is original:  # ours, from an earlier watch
+        original = inner
+    wrapper = _wrappers.get(id(original)) or _wrapped(name, original)
+    _wrappers[id(original)] = wrapper
+    _originals[(owner, attribute)] = original
+    setattr(owner, attribute, wrapper)
+
+
+def _owner(qualified):
+    module, _, attribute = qualified.rpartition(".")
+    return sys.modules.get(module) or __import__(module, fromlist=["_"]), attribute
+
+
 def watch_oneflow_draws():
-    """Install the wrappers (once per process)."""
+    """Install the wrappers (once per process), then rebind names imported before."""
     if _originals:
         return
-    for namespace in _NAMESPACES:
-        for name in FACTORIES:
-            original = getattr(namespace, name, None)
-            if original is not None:
-                _originals[(namespace, name)] = original
-                setattr(namespace, name, _watched(name, original))
-    for name in METHODS:
-        original = getattr(flow.Tensor, name, None)
-        if original is not None:
-            _originals[(flow.Tensor, name)] = original
-            setattr(flow.Tensor, name, _watched(f"Tensor.{name}", original))
+    ops = inventory()
+    for name, entry in ops["functions"].items():
+        _install(flow._C, name, name)
+        for alias in entry["aliases"]:
+            _install(*_owner(alias), name)
+    for method, name in ops["tensor_methods"].items():
+        _install(flow.Tensor, method, f"Tensor.{name}")
+    rebind_imported_names()
+
+
+def rebind_imported_names():
+    """Point every name a loaded module bound to one of OneFlow's random ops at its wrapper; returns
+    how many were rebound (libai_ext's own modules keep what they hold)."""
+    by_id = {id(original): _wrappers[id(original)] for original in _originals.values()}
+    rebound = 0
+    for module_name, module in list(sys.modules.items()):
+        namespace = getattr(module, "__dict__", None)
+        if namespace is None or module_name.startswith(_EXEMPT_MODULES) or module is flow._C:
+            continue
+        for key, value in list(namespace.items()):
+            wrapper = by_id.get(id(value))
+            if wrapper is not None and value is not wrapper:
+                namespace[key] = wrapper
+                rebound += 1
+    return rebound
 
 
 def unwatch_oneflow_draws():
-    for (namespace, name), original in _originals.items():
-        setattr(namespace, name, original)
+    for (owner, attribute), original in _originals.items():
+        setattr(owner, attribute, original)
     _originals.clear()
 
 
@@ -68,17 +121,17 @@ def watching():
     return bool(_originals)
 
 
+def originals():
+    """``{id(OneFlow's own): name}`` of every wrapped op (the first forward's check looks for them)."""
+    return {id(original): attribute for (_, attribute), original in _originals.items()}
+
+
 def draw_count():
     """OneFlow draws made in this process since it started watching."""
     return _draws
 
 
-def add_draw_check(check):
-    """``check(name, calling frame)`` runs before every draw (may raise); added once."""
-    if check not in _checks:
-        _checks.append(check)
-
-
-def remove_draw_check(check):
-    if check in _checks:
-        _checks.remove(check)
+def set_router(router):
+    """``router(name, OneFlow's op, args, kwargs)`` answers the calls made inside a forward (None: none)."""
+    global _router
+    _router = router

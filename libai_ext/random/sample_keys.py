@@ -101,6 +101,27 @@ def _seed_three(python_seed, numpy_seed, oneflow_seed, oneflow=True):
         flow.default_generator.manual_seed(oneflow_seed)
 
 
+_PROBE_SEED = 0x6B65796564  # any fixed seed: the state right after seeding it is what "no draw" looks like
+_probe_state = None
+
+
+def seed_oneflow_probe():
+    """Seed OneFlow's CPU generator with the probe seed (``oneflow_untouched_since_probe`` then tells whether
+    anything drew from it)."""
+    global _probe_state
+    if _probe_state is None:
+        flow.default_generator.manual_seed(_PROBE_SEED)
+        _probe_state = flow.default_generator.get_state().numpy().copy()
+    flow.default_generator.manual_seed(_PROBE_SEED)
+
+
+def oneflow_untouched_since_probe():
+    """Whether OneFlow's CPU generator is as ``seed_oneflow_probe`` left it: right after seeding, the
+    Mersenne Twister's block is unused, so any draw regenerates it and changes the saved state."""
+    flow._oneflow_internal.eager.Sync()  # a queued draw reads the generator when it runs
+    return np.array_equal(flow.default_generator.get_state().numpy(), _probe_state)
+
+
 class KeyedDrawOnGPU(RuntimeError):
     """A dataset drew from a CUDA generator inside keyed augmentation, which keys host streams only."""
 
@@ -109,9 +130,8 @@ class KeyedDrawOnGPU(RuntimeError):
 def preserved_streams(oneflow=True):
     """The caller's python, numpy and (``oneflow``) OneFlow CPU streams, put back on leaving.
 
-    ``oneflow=False`` for batches that draw nothing from OneFlow (``data.KeyedAugmentation`` learns
-    which): OneFlow's state is then neither read nor written, and nothing waits for its queued
-    kernels, so the batch is read while the previous training step still runs.
+    ``oneflow=False`` for code known to draw nothing from OneFlow: OneFlow's state is then neither
+    read nor written, and nothing waits for its queued kernels.
 
     Draws on the GPU are refused, not keyed: re-seeding this rank's CUDA generator per sample
     would make OneFlow wait for the device at every sample, and putting the caller's CUDA stream
