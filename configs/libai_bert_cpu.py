@@ -29,7 +29,6 @@ kernel (0.1.1); ``bias_gelu_fusion`` off (no CPU kernel, no dropout).
 from libai.config import LazyCall
 from libai.data.data_utils import get_indexed_dataset
 from libai.data.datasets import BertDataset
-from libai.evaluation import PPLEvaluator
 from libai.models import BertForPreTraining, BertModel
 from libai.tokenizer import BertTokenizer
 from omegaconf import OmegaConf
@@ -39,7 +38,7 @@ from libai_ext.compat import nlp_api
 from .common.graph import graph
 from .common.optim import optim
 from .common.text_data import data_file, text_data  # noqa: F401 (text_data: the config's key)
-from .common.train import train
+from .common.text_train import train
 
 
 SEQ_LENGTH = 64
@@ -82,18 +81,6 @@ dataloader.train = nlp_api.train_val_test_loader(
 )
 
 train.output_dir = "./output/libai_bert_cpu"
-train.train_micro_batch_size = 8
-train.test_micro_batch_size = 8
-train.train_iter = 200
-train.warmup_ratio = 0.05
-train.log_period = 10
-train.checkpointer.period = 100000  # no periodic checkpoints
-train.evaluation.evaluator = LazyCall(PPLEvaluator)()
-train.evaluation.eval_period = 100
-train.evaluation.eval_iter = 4
-train.evaluation.eval_metric = "lm_loss_PPL"
-train.evaluation.eval_mode = "min"
-train.seed = 1234
 # Transformer layer i has layer_idx i: pp2 puts layers 0-1 on stage 0, 2-3 on stage 1.
 train.dist.pipeline_num_layers = LAYERS
 

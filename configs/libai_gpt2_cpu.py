@@ -30,7 +30,6 @@ dropout).
 from libai.config import LazyCall
 from libai.data.data_utils import get_indexed_dataset
 from libai.data.datasets import GPT2Dataset
-from libai.evaluation import PPLEvaluator
 from libai.models import GPTForPreTraining, GPTModel
 from libai.tokenizer import GPT2Tokenizer
 from omegaconf import OmegaConf
@@ -40,7 +39,7 @@ from libai_ext.compat import nlp_api
 from .common.graph import graph
 from .common.optim import optim
 from .common.text_data import data_file, text_data  # noqa: F401 (text_data: the config's key)
-from .common.train import train
+from .common.text_train import train
 
 
 SEQ_LENGTH = 64
@@ -80,18 +79,6 @@ dataloader.train = nlp_api.train_val_test_loader(
 )
 
 train.output_dir = "./output/libai_gpt2_cpu"
-train.train_micro_batch_size = 8
-train.test_micro_batch_size = 8
-train.train_iter = 200
-train.warmup_ratio = 0.05
-train.log_period = 10
-train.checkpointer.period = 100000  # no periodic checkpoints
-train.evaluation.evaluator = LazyCall(PPLEvaluator)()
-train.evaluation.eval_period = 100
-train.evaluation.eval_iter = 4  # batches per evaluation; main also sizes its validation set by it
-train.evaluation.eval_metric = "lm_loss_PPL"
-train.evaluation.eval_mode = "min"
-train.seed = 1234
 # Transformer layer i has layer_idx i: pp2 puts layers 0-1 on stage 0, 2-3 on stage 1.
 train.dist.pipeline_num_layers = LAYERS
 

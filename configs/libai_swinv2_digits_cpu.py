@@ -26,7 +26,7 @@ from libai_ext.models.losses import SoftTargetCrossEntropy
 from .common.digits import dataloader
 from .common.graph import graph
 from .common.optim import optim
-from .common.train import train
+from .common.digits_train import train
 
 DEPTHS = [2, 2]
 # Keyword arguments, not cfg=: LiBai's from_config drops attn_drop_rate.
@@ -38,14 +38,6 @@ model = LazyCall(SwinTransformerV2)(
 )
 
 train.output_dir = "./output/libai_swinv2_digits_cpu"
-train.train_micro_batch_size = 32  # even: flowvision's batch mixup needs pairs
-train.test_micro_batch_size = 60   # 360 test images = 6 full batches
-train.train_iter = 1000
-train.warmup_ratio = 0.05
-train.log_period = 10
-train.checkpointer.period = 100000  # no periodic checkpoints
-train.evaluation.eval_period = 200
-train.seed = 1234
 # Blocks are numbered across stages (0, 1 | 2, 3), as in LiBai's Swin.
 train.dist.pipeline_num_layers = sum(DEPTHS)
 

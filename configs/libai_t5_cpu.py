@@ -24,7 +24,6 @@ outputs) and ``attention_probs_dropout_prob`` 0.1.  Fusions as in configs/libai_
 from libai.config import LazyCall
 from libai.data.data_utils import get_indexed_dataset
 from libai.data.datasets import T5Dataset
-from libai.evaluation import PPLEvaluator
 from libai.models import T5ForPreTraining, T5Model
 from libai.tokenizer import BertTokenizer
 from omegaconf import OmegaConf
@@ -34,7 +33,7 @@ from libai_ext.compat import nlp_api
 from .common.graph import graph
 from .common.optim import optim
 from .common.text_data import data_file, text_data  # noqa: F401 (text_data: the config's key)
-from .common.train import train
+from .common.text_train import train
 
 
 SEQ_LENGTH, DECODER_SEQ_LENGTH = 64, 32
@@ -79,18 +78,6 @@ dataloader.train = nlp_api.train_val_test_loader(
 )
 
 train.output_dir = "./output/libai_t5_cpu"
-train.train_micro_batch_size = 8
-train.test_micro_batch_size = 8
-train.train_iter = 200
-train.warmup_ratio = 0.05
-train.log_period = 10
-train.checkpointer.period = 100000  # no periodic checkpoints
-train.evaluation.evaluator = LazyCall(PPLEvaluator)()
-train.evaluation.eval_period = 100
-train.evaluation.eval_iter = 4
-train.evaluation.eval_metric = "lm_loss_PPL"
-train.evaluation.eval_mode = "min"
-train.seed = 1234
 # Encoder layers have layer_idx 0-1, decoder layers 2-3: pp2 puts the encoder on stage 0.
 train.dist.pipeline_num_layers = 2 * LAYERS
 

@@ -26,7 +26,7 @@ from libai_ext.models.losses import SoftTargetCrossEntropy
 from .common.digits import dataloader
 from .common.graph import graph
 from .common.optim import optim
-from .common.train import train
+from .common.digits_train import train
 
 DEPTH = 4
 model = LazyCall(VisionTransformer)(
@@ -37,14 +37,6 @@ model = LazyCall(VisionTransformer)(
 )
 
 train.output_dir = "./output/libai_vit_digits_cpu"
-train.train_micro_batch_size = 32  # even: flowvision's batch mixup needs pairs
-train.test_micro_batch_size = 60   # 360 test images = 6 full batches
-train.train_iter = 1000
-train.warmup_ratio = 0.05
-train.log_period = 10
-train.checkpointer.period = 100000  # no periodic checkpoints
-train.evaluation.eval_period = 200
-train.seed = 1234
 # Block i has layer_idx i (pos/patch embedding on layer 0, norm and head on -1).
 train.dist.pipeline_num_layers = DEPTH
 
