@@ -30,6 +30,12 @@ def zoo_configs():
     return list(ZOO_BOTH_LINES + (ZOO_MAIN_ONLY if detect.libai_line() is libai_main else ()))
 
 
+def long_tier_selected(config):
+    """Whether this pytest run selects the long tests too (``make test-all``): a quick test whose case a long
+    fixture also runs can read that fixture's result instead of launching its own."""
+    return "not long" not in config.option.markexpr
+
+
 def load_tool(name):
     """The module behind tools/<name>.py: ``libai_ext.cli.<name>`` (the script is a thin wrapper of it)."""
     return importlib.import_module(f"libai_ext.cli.{name}")

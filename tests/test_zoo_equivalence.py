@@ -23,7 +23,7 @@ import os
 
 import pytest
 
-from conftest import ROOT, ZOO_TEXT, check_equivalence, load_tool, zoo_configs
+from conftest import ROOT, ZOO_TEXT, check_equivalence, load_tool, long_tier_selected, zoo_configs
 
 EXACT_RTOL, DATA_PARALLEL_RTOL = 1e-5, 1e-4
 WITHOUT_DP = ["pp2", "tp2", "tp2xpp2"]
@@ -61,7 +61,11 @@ def run_tool(work, layouts, iters, *overrides, configs=CONFIGS):
 
 
 @pytest.fixture(scope="module")
-def quick(tmp_path_factory):
+def quick(request, tmp_path_factory):
+    """The two quick layouts; where the long tier runs too, its matrix (which holds them, over more iterations)
+    answers instead of launching them again."""
+    if long_tier_selected(request.config):
+        return request.getfixturevalue("matrix")
     return run_tool(tmp_path_factory.mktemp("zoo-quick"), QUICK, 2)
 
 
