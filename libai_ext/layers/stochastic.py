@@ -129,19 +129,12 @@ class _CounterStream(nn.Module):
         self.stream = f"#{next(_construction_order)}"
         self.layer_idx = layer_idx
         self.scale = dropout_scale(rate)  # what kept elements are multiplied by
-        self._own_calls = 0          # calls outside a trainer step
-        self._step_token, self._step_calls = None, 0
+        self._calls = draws.CallCounter()
 
     def _draw(self):
         """``(step, call, rows)`` of this call (see ``libai_ext.random.draws``)."""
-        step = draws.current_step()
-        if step is None:
-            self._own_calls += 1
-            return self._own_calls - 1, 0, None
-        if self._step_token != step.token:
-            self._step_token, self._step_calls = step.token, 0
-        self._step_calls += 1
-        return step.step, self._step_calls - 1, step.rows()
+        step, call, current = self._calls.next()
+        return step, call, None if current is None else current.rows()
 
     def drop(self, x, mask_shape=None, mask_sbp=None):
         """``x`` with a mask of ``mask_shape`` (default: x's) applied, in training only."""
