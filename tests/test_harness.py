@@ -1,6 +1,8 @@
 """The multi-rank harness reports a failing rank, and a hang, within its timeout; its ranks start
 OneFlow only once rank 0's bootstrap server listens."""
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -70,3 +72,14 @@ def test_rank_wait_ends_with_rank0_at_its_limit_and_never_on_rank0(tmp_path):
     assert _timed_wait({"RANK": "1"}, tmp_path) < 0.1  # no master port: not launched by OneFlow
     (tmp_path / "rank0.exit").write_text("1")  # rank 0 ended before it listened
     assert _timed_wait(env, tmp_path) < 0.5
+
+
+def test_libai_ext_train_waits_for_rank0_before_it_imports_oneflow(repo_root):
+    """``make demo`` and the preemption tests launch ``tools/train_net.py`` with no rank wrapper: the tool waits
+    itself, before the import that bootstraps the job (a fresh process: this one has imported OneFlow)."""
+    probe = ("import sys\n"
+             "import libai_ext.cli.train_net as tool\n"
+             "tool.wait_for_rank0_bootstrap = lambda: sys.exit(8 if 'oneflow' in sys.modules else 7)\n"
+             "tool.main(['--config-file', 'configs/demo_pipeline_cpu.py'])\n")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=repo_root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 7, done.stderr

@@ -7,6 +7,7 @@ The command line is parsed here, before OneFlow and LiBai are imported; the run 
 import sys
 
 from .. import config_keys
+from ..bootstrap_wait import wait_for_rank0_bootstrap
 from .common import ToolParser, epilog, require_files
 
 DESCRIPTION = f"""\
@@ -106,6 +107,7 @@ def fast_dev_run_overrides():
 def main(argv=None):
     """The console script: 0 when the run finished; errors end the process with 1 (``exit_on_error``)."""
     args = parse_args(argv)
+    wait_for_rank0_bootstrap()  # before OneFlow's import, which bootstraps the job
     from ..engine import launch  # OneFlow and LiBai from here on
 
     launch.exit_on_error(launch.main, args)
