@@ -435,7 +435,9 @@ def derive(drawing=None):
 # ---- the generated module ------------------------------------------------------------------------
 
 GENERATED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "oneflow_random_ops.py")
-_SCAN_TIMEOUT_S = 30  # per function: a collective (``recv``) waits for a peer that never comes
+# Per line a child prints (its start-up included): a collective (``recv``) waits for a peer that never comes.
+# An op on the scan's small inputs takes milliseconds, a child's start-up a few seconds on a loaded 2-core host.
+_SCAN_TIMEOUT_S = 10
 
 
 def _scan_child(names):
