@@ -41,7 +41,7 @@ LIBAI_MAIN_TESTS ?= tests/test_compat.py tests/test_environment.py tests/test_ba
 LIBAI_MAIN_LONG_TESTS ?= tests/test_checkpoint_faults.py tests/test_preemption.py tests/test_zoo_equivalence.py \
   tests/test_libai_main_configs.py tests/test_random_op_layouts.py
 
-.PHONY: setup demo test test-all test-libai-main clean-venv
+.PHONY: setup setup-libai-main demo test test-all test-libai-main clean-venv
 
 setup: $(STAMP)
 
@@ -87,12 +87,15 @@ test-all: setup
 gpu-check: setup
 	$(PY) tools/gpu_check.py
 
-# The same code on LiBai main: sets up $(LIBAI_MAIN_VENV) (once), runs the line's tests there.
-test-libai-main:
+# LiBai main's venv, $(LIBAI_MAIN_VENV) (once).
+setup-libai-main:
 	@[[ -z "$(LIBAI_MAIN_ARCHIVE)" || "$(LIBAI_MAIN_ARCHIVE)" != *.tar.gz ]] || test -f "$(LIBAI_MAIN_ARCHIVE)" || { \
-	  echo "make test-libai-main: no LiBai main archive at $(LIBAI_MAIN_ARCHIVE); set LIBAI_MAIN_ARCHIVE=<path or pip" \
+	  echo "make setup-libai-main: no LiBai main archive at $(LIBAI_MAIN_ARCHIVE); set LIBAI_MAIN_ARCHIVE=<path or pip" \
 	  "requirement of LiBai main>, or leave it empty for $(LIBAI_MAIN_GIT)" >&2; exit 1; }
 	$(MAKE) setup VENV=$(LIBAI_MAIN_VENV) LIBAI=$(LIBAI_MAIN)
+
+# The same code on LiBai main: sets up $(LIBAI_MAIN_VENV) (once), runs the line's tests there.
+test-libai-main: setup-libai-main
 	$(LIBAI_MAIN_VENV)/bin/python -m pytest $(LIBAI_MAIN_TESTS) -m "not long" $(PYTEST_ARGS)
 	$(LIBAI_MAIN_VENV)/bin/python -m pytest $(LIBAI_MAIN_LONG_TESTS) -m long $(PYTEST_ARGS)
 
