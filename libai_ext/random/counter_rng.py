@@ -184,9 +184,12 @@ shard_box = global_index.shard_box
 # ---- dropout masks: two elements from each word (counter_spec.keep) ---------------------------------
 
 # Words hashed per launch by the eager int-op path: bounds its temporaries (a few int32 tensors of
-# this size live at once) whatever the mask's size; small enough on CPU to stay in cache, large
-# enough on GPUs to keep the launches few.
-CHUNK_WORDS = {"cpu": 2 ** 16, "cuda": 2 ** 20}
+# this size live at once) whatever the mask's size.  Each chunk is about 30 OneFlow ops, and an eager
+# op costs tens of microseconds of CPU beyond its kernel (Python dispatch, OneFlow's scheduler), so
+# the chunk is as large as keeps a call's peak memory near OneFlow's dropout's (on CPU, 2**17 words
+# measured best: 2**16 doubles the ops, 2**18 raises the peak at 2**24 elements by a quarter;
+# benchmarks/mask_cost.py); on GPUs large enough to keep the launches few.
+CHUNK_WORDS = {"cpu": 2 ** 17, "cuda": 2 ** 20}
 
 
 def host_kernel_serves(device):
