@@ -25,10 +25,11 @@ LIBAI_MAIN_VENV ?= .venv-libai-main
 # accumulation, LiBai's own layers and model-zoo configs (their text data built with LiBai's preprocess tool),
 # committed checkpoints, preemption, launcher lifetime, the GPU host, the config-key guard (LiBai's keys are
 # read from the installed LiBai; LiBai main's own configs are checked there) and LiBai main's own configs with
-# the plugin's trainer line, every random op inside a forward and MAE-style masking on every layout. Their quick
-# tier, plus the long tests of LIBAI_MAIN_LONG_TESTS: the fault matrix, preemption's cases, LiBai's whole model
-# zoo on every layout against 1 rank (which covers the zoo's quick-tier layouts, so its quick tier is not run again
-# here), one iteration of each of LiBai main's own configs and the MAE-style masking on every layout.
+# the plugin's trainer line, every random op inside a forward and MAE-style masking on every layout. One pytest
+# session runs the quick tier of these and of LIBAI_MAIN_LONG_TESTS, and the long tests of LIBAI_MAIN_LONG_TESTS
+# only (--long-tier-file): the fault matrix, preemption's cases, LiBai's whole model zoo on every layout against
+# 1 rank, one iteration of each of LiBai main's own configs and the MAE-style masking on every layout; a quick
+# case whose run a long fixture of its file holds reads it there (the zoo's, the MAE masking's).
 LIBAI_MAIN_TESTS ?= tests/test_compat.py tests/test_environment.py tests/test_batch_errors.py \
   tests/test_pairing.py tests/test_stage0_loading.py tests/test_seeding.py tests/test_stochastic.py \
   tests/test_batch_check.py tests/test_evaluation.py tests/test_resume.py tests/test_elastic_resume.py \
@@ -96,8 +97,8 @@ setup-libai-main:
 
 # The same code on LiBai main: sets up $(LIBAI_MAIN_VENV) (once), runs the line's tests there.
 test-libai-main: setup-libai-main
-	$(LIBAI_MAIN_VENV)/bin/python -m pytest $(LIBAI_MAIN_TESTS) -m "not long" $(PYTEST_ARGS)
-	$(LIBAI_MAIN_VENV)/bin/python -m pytest $(LIBAI_MAIN_LONG_TESTS) -m long $(PYTEST_ARGS)
+	$(LIBAI_MAIN_VENV)/bin/python -m pytest $(LIBAI_MAIN_TESTS) $(filter-out $(LIBAI_MAIN_TESTS),$(LIBAI_MAIN_LONG_TESTS)) \
+	  $(addprefix --long-tier-file=,$(LIBAI_MAIN_LONG_TESTS)) $(PYTEST_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -30,10 +30,12 @@ def zoo_configs():
     return list(ZOO_BOTH_LINES + (ZOO_MAIN_ONLY if detect.libai_line() is libai_main else ()))
 
 
-def long_tier_selected(config):
-    """Whether this pytest run selects the long tests too (``make test-all``): a quick test whose case a long
-    fixture also runs can read that fixture's result instead of launching its own."""
-    return "not long" not in config.option.markexpr
+def long_tier_selected(request):
+    """Whether this pytest run selects long tests of the requesting test's file (``make test-all``, or a file of
+    ``--long-tier-file``): a quick test whose case a long fixture of its file also runs can read that fixture's
+    result instead of launching its own."""
+    return any(getattr(item, "module", None) is request.module and item.get_closest_marker("long")
+               for item in request.session.items)
 
 
 def load_tool(name):
@@ -118,6 +120,26 @@ def assert_refused_without_hang(result, message, started="Starting training"):
     assert result.failed_ranks(), "no rank failed"
     assert result.ranks_logging(message), f"nobody said {message!r}; rank 0 log:\n{result.log(0)[-3000:]}"
     assert not result.ranks_logging(started), "a rank went on past the refusal"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--long-tier-file", action="append", default=[], metavar="PATH",
+                     help="run the long tests of this file only (repeatable): one session holds the quick tier of "
+                          "every file given and the long tier of these (make test-libai-main)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """With ``--long-tier-file``, deselect the long tests of every other file."""
+    files = {os.path.realpath(path) for path in config.getoption("long_tier_file")}
+    if not files:
+        return
+    kept, deselected = [], []
+    for item in items:
+        other_file = os.path.realpath(item.path) not in files
+        (deselected if item.get_closest_marker("long") and other_file else kept).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
 
 
 def pytest_configure(config):

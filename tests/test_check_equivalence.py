@@ -12,6 +12,9 @@ stock LiBai):
 * a dropout seeded per rank (tests/configs/demo_rank_local_dropout.py) -> flagged at the
   first dropout on stage 1;
 * the plugin on pp2 (exact) and dp2 x pp2 (within 1e-4) -> passes.
+
+Each tool run holds several layouts against one 1-rank reference: stock's pp2 and dp2 x pp2 (quick tier)
+with its tp2 where the long tier runs too, and the plugin's pp2 and dp2 x pp2 (long tier).
 """
 import contextlib
 import json
@@ -21,7 +24,7 @@ import re
 
 import pytest
 
-from conftest import ROOT, load_tool
+from conftest import ROOT, load_tool, long_tier_selected
 
 ITERS = 2
 STOCK = "train.trainer=libai.engine.DefaultTrainer"
@@ -35,13 +38,16 @@ def data(tmp_path_factory):
     return tmp_path_factory.mktemp("digits")
 
 
-def check(tmp_path, capsys, data, config, layouts, *opts, rtol=1e-5):
+def check(tmp_path, data, config, layouts, *opts, rtol=1e-5):
     argv = ["--config-file", os.path.join(ROOT, config), "--layouts", *layouts, "--iters", str(ITERS),
             "--rtol", str(rtol),
             "--timeout", "400", "--workdir", str(tmp_path), "train.seed_scope=rank",
             f"dataloader.train.dataset.0.root.root={data}", *opts]
-    status = tool.main(argv)
-    out = capsys.readouterr().out
+    captured = io.StringIO()
+    with contextlib.redirect_stdout(captured):
+        status = tool.main(argv)
+    out = captured.getvalue()
+    print(out)
     rows = [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| layout")]
     assert len(rows) == len(layouts) - 1, out
     for position, layout in enumerate(layouts, 1):  # which run it is on, and how far that run got
@@ -69,8 +75,9 @@ def stock_rows(tmp_path_factory, data, layouts):
 
 
 @pytest.fixture(scope="module")
-def stock(tmp_path_factory, data):
-    return stock_rows(tmp_path_factory, data, ["pp2", "dp2xpp2"])
+def stock(request, tmp_path_factory, data):
+    """pp2 and dp2 x pp2, and the long tier's tp2 where it runs too (one 1-rank reference for all)."""
+    return stock_rows(tmp_path_factory, data, ["pp2", "dp2xpp2"] + (["tp2"] if long_tier_selected(request) else []))
 
 
 def test_stock_pipeline_with_mixup_is_flagged_at_the_labels(stock):
@@ -86,31 +93,38 @@ def test_stock_data_x_pipeline_is_flagged_at_the_images(stock):
 
 
 @pytest.mark.long
-def test_stock_tensor_parallel_init_is_named(tmp_path_factory, data):
-    row = stock_rows(tmp_path_factory, data, ["tp2"])["tp2"]
+def test_stock_tensor_parallel_init_is_named(stock):
+    row = stock["tp2"]
     assert "| tp2 | 2 |" in row and "| 0 |" in row, row
     assert "iteration 0, forward: blocks.0.channel_mix.fc1:out differs" in row, row
 
 
+@pytest.fixture(scope="module")
+def plugin(tmp_path_factory, data):
+    """The plugin on pp2 and dp2 x pp2 against one 1-rank reference, within 1e-4 (pp2's difference is 0)."""
+    return check(tmp_path_factory.mktemp("plugin"), data, "configs/demo_pipeline_cpu.py", ["1", "pp2", "dp2xpp2"],
+                 rtol=1e-4)
+
+
 @pytest.mark.long
-def test_plugin_pipeline_matches_one_rank(tmp_path, capsys, data):
-    status, (row,), out = check(tmp_path, capsys, data, "configs/demo_pipeline_cpu.py", ["1", "pp2"])
+def test_plugin_pipeline_matches_one_rank(plugin):
+    status, (row, _), out = plugin
     assert status == 0, out
     assert row.startswith("| pp2 | 2 | 0 | - |"), row
 
 
 @pytest.mark.long
-def test_plugin_data_x_pipeline_matches_one_rank(tmp_path, capsys, data):
-    status, (row,), out = check(tmp_path, capsys, data, "configs/demo_pipeline_cpu.py", ["1", "dp2xpp2"], rtol=1e-4)
+def test_plugin_data_x_pipeline_matches_one_rank(plugin):
+    status, (_, row), out = plugin
     assert status == 0, out
     assert row.startswith("| dp2xpp2 | 4 |") and "| - |" in row, row
 
 
 @pytest.mark.long
-def test_dropout_seeded_per_rank_is_named(tmp_path, capsys, data):
+def test_dropout_seeded_per_rank_is_named(tmp_path, data):
     """train.randomness="fast": "layout_invariant" refuses this model at build time (its forward draws
     from numpy; tests/test_libai_zoo.py shows the refusal), "fast" warns and trains it."""
-    status, (row,), out = check(tmp_path, capsys, data, "tests/configs/demo_rank_local_dropout.py", ["1", "pp2"],
+    status, (row,), out = check(tmp_path, data, "tests/configs/demo_rank_local_dropout.py", ["1", "pp2"],
                                 "train.randomness=fast")
     assert status == 1, out
     # Blocks 0-1 sit on stage 0 (rank 0 draws as on 1 rank); block 2 is stage 1's first dropout.

@@ -45,7 +45,7 @@ def run_tool(work, layouts, iters, *overrides, configs=CONFIGS):
 def test_libai_graph_base_equals_eager_on_pp2(request, tmp_path):
     """GPT-2: LiBai's GraphBase, dropout in the graph, and the word embeddings tied across the stages (where the
     long tier runs too, read from its layouts, which hold this one)."""
-    if long_tier_selected(request.config):
+    if long_tier_selected(request):
         status, tables, text = request.getfixturevalue("layouts")
     else:
         status, tables, text = run_tool(tmp_path, ["pp2:graph"], 2, configs=["libai_gpt2_cpu"])

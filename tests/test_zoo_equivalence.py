@@ -64,7 +64,7 @@ def run_tool(work, layouts, iters, *overrides, configs=CONFIGS):
 def quick(request, tmp_path_factory):
     """The two quick layouts; where the long tier runs too, its matrix (which holds them, over more iterations)
     answers instead of launching them again."""
-    if long_tier_selected(request.config):
+    if long_tier_selected(request):
         return request.getfixturevalue("matrix")
     return run_tool(tmp_path_factory.mktemp("zoo-quick"), QUICK, 2)
 
