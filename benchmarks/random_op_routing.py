@@ -12,9 +12,12 @@ One process, one CPU thread of work per call:
   routing is on: the wrapper counts the call and checks whether a forward is running;
 * inside a watched model's forward, on a (32, 256) tensor: the routed op (the call site found on the
   stack, its stream, a keyed draw) against OneFlow's own op, run in the same kind of forward;
-* keyed augmentation's check around each batch of a dataset that draws nothing from OneFlow (saving
-  OneFlow's CPU generator, seeding it with the probe seed, comparing its state, restoring it) against
-  keying python's and numpy's streams alone, which is all a batch needs without the check.
+* keyed augmentation's checks around each batch of a dataset that draws nothing from OneFlow, against
+  keying python's and numpy's streams alone, which is all a batch needs without a check: listening
+  to the wrappers (what the main process does after an epoch's first batch), and the generator's
+  state (saving OneFlow's CPU generator, seeding it with the probe seed, comparing its state,
+  restoring it: loader workers, and the main process on an epoch's first batch).  Here nothing is
+  queued; in a training step the state check also waits for the rank's queued work.
 
 The variants take turns, ``--repeats`` rounds of ``--calls`` calls each (each round rotates which
 goes first); the table gives each one's median time per call over the rounds and the ratio to
@@ -82,6 +85,10 @@ def cases():
                     sample_keys.oneflow_untouched_since_probe()
         return call
 
+    def listening():
+        with sample_keys.preserved_streams(oneflow=False), sample_keys.oneflow_draws_heard() as heard:
+            return heard.drew
+
     return {
         "the wrapper alone": {"around len([])": (lambda: len(()), lambda: wrapped_len(()))},
         "outside a forward": {
@@ -96,6 +103,7 @@ def cases():
             "Tensor.bernoulli": (in_forward(lambda x: own_bernoulli(x), False), in_forward(lambda x: x.bernoulli())),
         },
         "keyed augmentation, per batch": {
+            "the wrappers heard, a dataset drawing nothing from OneFlow": (batch_streams(False), listening),
             "generator probe of a dataset drawing nothing from OneFlow": (batch_streams(False), batch_streams(True)),
         },
     }

@@ -539,11 +539,17 @@ def test_keyed_augmentation_gives_a_sample_the_same_draws_whatever_the_read_orde
     assert not np.array_equal(plain[4], [plain[9], plain[4]][1])
 
 
-class SometimesOneFlow(flow.utils.data.Dataset):
-    """numpy noise on every sample; from index 40 on, OneFlow noise too, through a reference to OneFlow's own
-    ``rand`` taken before any wrapper (no name to see)."""
+def _batches(keyed, starts, epoch=0):
+    from libai_ext.data.global_order import EpochBatch
 
-    own_rand = flow._C.rand.__wrapped__ if hasattr(flow._C.rand, "__wrapped__") else flow._C.rand
+    return [keyed[EpochBatch(list(range(start, start + 8)), epoch=epoch)] for start in starts]
+
+
+class SometimesOneFlow(flow.utils.data.Dataset):
+    """numpy noise on every sample; from index 40 on, OneFlow noise too, through ``draw(index)``."""
+
+    def __init__(self, draw):
+        self.draw = draw
 
     def __len__(self):
         return 64
@@ -551,25 +557,86 @@ class SometimesOneFlow(flow.utils.data.Dataset):
     def __getitem__(self, index):
         value = float(np.random.rand())
         if index >= 40:
-            value += float(self.own_rand(1).numpy()[0])
+            value += self.draw(index)
         return value
 
 
-def test_keyed_augmentation_sees_a_oneflow_draw_in_the_generator_not_in_a_name():
-    """Batches that draw nothing from OneFlow leave it unkeyed; the first one that draws is read again with
-    OneFlow keyed, and so are the later ones: every value is that of the same dataset keyed in full."""
+def _through_wrapped_ops(index):  # a helper reaching OneFlow's ops by a Tensor method and by flow._C
+    x = flow._C.uniform_(flow.empty(2), 0.0, 1.0) if index % 2 else flow.full((2,), 0.5).bernoulli()
+    return float(x.sum().numpy())
+
+
+def _through_an_unwrapped_reference(index, rand=getattr(flow._C.rand, "__wrapped__", flow._C.rand)):
+    return float(rand(1).numpy()[0])  # OneFlow's own rand, held by a default argument: no call to hear
+
+
+STARTS = (0, 8, 16, 40, 48)
+
+
+def test_keyed_augmentation_hears_a_oneflow_draw_at_the_call_and_touches_nothing_before(monkeypatch):
+    """The main process reads with OneFlow unkeyed, and without looking at its generator (which waits for the
+    rank's queued work) after the epoch's first batch; the first batch that draws, through a Tensor method
+    or ``oneflow._C`` in a helper, is read again with OneFlow keyed, and so are the later ones: every value is
+    that of the same dataset keyed in full."""
+    from libai_ext.data import KeyedAugmentation, keyed_dataset
+    from libai_ext.random import sample_keys
+
+    touches = []
+    for module, name in ((keyed_dataset, "seed_oneflow_probe"), (sample_keys, "_finish_queued_draws")):
+        original = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _f=original, _n=name, **k: touches.append(_n) or _f(*a, **k))
+    learning = KeyedAugmentation(SometimesOneFlow(_through_wrapped_ops), 3)
+    in_full = KeyedAugmentation(SometimesOneFlow(_through_wrapped_ops), 3)
+    in_full.draws_from_oneflow = True
+    seen, touched = [], []
+    for start in STARTS:
+        touches.clear()
+        assert _batches(learning, [start]) == _batches(in_full, [start]), start
+        seen.append(learning.draws_from_oneflow)
+        touched.append("seed_oneflow_probe" in touches)
+    assert seen == [False, False, False, True, True]
+    assert touched == [True, False, False, False, False]  # the generator's state: the epoch's first batch only
+    fresh = KeyedAugmentation(SometimesOneFlow(_through_wrapped_ops), 3)
+    _batches(fresh, [0])
+    touches.clear()
+    _batches(fresh, [8, 16])
+    assert touches == []  # batches that draw nothing from OneFlow: OneFlow untouched, nothing waited for
+
+
+def test_keyed_augmentation_sees_an_unreported_draw_in_the_generator_state():
+    """A reference to OneFlow's own ``rand`` taken before the wrappers draws with no call to hear: in a loader
+    worker every batch's generator state shows it, from the batch it starts in."""
     from libai_ext.data import KeyedAugmentation
     from libai_ext.data.global_order import EpochBatch
 
-    learning = KeyedAugmentation(SometimesOneFlow(), 3)
-    in_full = KeyedAugmentation(SometimesOneFlow(), 3)
+    batches = [EpochBatch(list(range(start, start + 8)), epoch=0) for start in STARTS]
+    in_worker = flow.utils.data.DataLoader(KeyedAugmentation(SometimesOneFlow(_through_an_unwrapped_reference), 3),
+                                           sampler=batches, batch_size=None, num_workers=1,
+                                           collate_fn=lambda batch: batch)  # (a list of floats, as read)
+    in_full = KeyedAugmentation(SometimesOneFlow(_through_an_unwrapped_reference), 3)
     in_full.draws_from_oneflow = True
-    seen = []
-    for start in (0, 8, 16, 40, 48):
-        batch = EpochBatch(list(range(start, start + 8)), epoch=0)
-        assert learning[batch] == in_full[batch], start
-        seen.append(learning.draws_from_oneflow)
-    assert seen == [False, False, False, True, True]
+    read = [list(map(float, batch)) for batch in in_worker]
+    assert len(read) == len(STARTS)
+    assert read == [in_full[batch] for batch in batches]
+
+
+def test_keyed_augmentation_in_the_main_process_checks_the_state_at_each_epoch_and_warns(caplog):
+    """In the main process the state is checked on each epoch's first batch: an unreported draw that starts
+    mid-epoch is seen when an epoch's first batch draws, keyed from there on, with a warning that names the
+    batches read without the check."""
+    from libai_ext.data import KeyedAugmentation
+
+    learning = KeyedAugmentation(SometimesOneFlow(_through_an_unwrapped_reference), 3)
+    in_full = KeyedAugmentation(SometimesOneFlow(_through_an_unwrapped_reference), 3)
+    in_full.draws_from_oneflow = True
+    _batches(learning, STARTS)  # epoch 0: its first batch draws nothing, 40 and 48 draw unheard
+    assert not learning.draws_from_oneflow
+    next_epoch = (40, 0, 8, 16, 48)  # its first batch draws
+    with caplog.at_level(logging.WARNING, logger="libai_ext.data.keyed_dataset"):
+        assert _batches(learning, next_epoch, epoch=1) == _batches(in_full, next_epoch, epoch=1)
+    assert learning.draws_from_oneflow
+    warned = [r.getMessage() for r in caplog.records if "wrappers do not see" in r.getMessage()]
+    assert len(warned) == 1 and "the 4 batch(es)" in warned[0], warned
 
 
 # ---- on 4 ranks -----------------------------------------------------------------------------------

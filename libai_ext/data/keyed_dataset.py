@@ -17,23 +17,38 @@ worker and after a resume (though not on another data-parallel split: the loader
 
 Whole batches, not single samples, because OneFlow's generator state costs milliseconds to
 save and restore (it waits for every queued kernel).  And OneFlow's generator is keyed per sample
-only where the dataset draws from it, which is read from the generator itself, not from the names
+only where the dataset draws from it, which is read from the draws themselves, not from the names
 the dataset calls (it may reach OneFlow through any op, a ``Tensor`` method, a name bound at
-import): a batch is first read with python and numpy keyed per sample and OneFlow's CPU generator
-freshly seeded with a probe seed.  Right after seeding, OneFlow 0.9.0's Mersenne Twister block is
-unused, so any draw regenerates it and the saved state changes (later draws within a block would
-not show).  If the state is still the probe's, nothing drew from OneFlow and the batch stands; if
-not, the batch is read again with OneFlow keyed per sample too, and so is every later batch (its
-discarded read advanced nothing training reads).  ``benchmarks/loader_keying.py`` measures both.
-So the loader takes the sampler as ``sampler`` with ``batch_size=None`` (each of its items is a
-batch); with ``num_workers > 0`` the epoch travels with the batch.
-"""
-from oneflow.utils.data import Dataset
+import): a batch is first read with python and numpy keyed per sample, while libai_ext's wrappers
+of OneFlow's random ops (``random.oneflow_draws``, installed by the trainer) report any call that
+reaches OneFlow, before its op runs.  Where nothing drew, the batch stands, and OneFlow was not
+touched: no wait for the rank's queued work (the training step's).  Where something drew, the
+caller's OneFlow stream is saved right before that draw and put back after the batch, and the batch
+is read again with OneFlow keyed per sample, and so is every later batch.
 
+A reference to OneFlow's own op taken before the wrappers existed (a default argument, a closure)
+draws unreported; the generator's state shows it.  Before such a read the generator is seeded with a
+probe seed: right after seeding, OneFlow 0.9.0's Mersenne Twister block is unused, so any draw
+regenerates it and the saved state changes.  Looking at the state waits for the rank's queued work,
+so the state is checked on every batch in loader workers (their queue holds only their own reads) and
+where no wrapper is installed (nothing would report a draw), and otherwise on the first batch of each
+epoch that the main process reads (a warning then says how many batches were read without the check).
+``benchmarks/loader_keying.py`` measures the keying.  So the loader takes the sampler as ``sampler``
+with ``batch_size=None`` (each of its items is a batch); with ``num_workers > 0`` the epoch travels
+with the batch.
+"""
+import logging
+
+from oneflow.utils.data import Dataset, get_worker_info
+
+from ..random import oneflow_draws
 from ..random.sample_keys import (
-    oneflow_untouched_since_probe, owned_generator_seed, preserved_streams, seed_batch_streams, seed_oneflow_probe,
-    seed_streams,
+    oneflow_draws_heard, oneflow_untouched_since_probe, owned_generator_seed, preserved_streams, seed_batch_streams,
+    seed_oneflow_probe, seed_streams,
 )
+
+logger = logging.getLogger(__name__)
+_DREW_FROM_ONEFLOW = object()  # a read that drew from OneFlow's generator unkeyed (discarded)
 
 
 class KeyedAugmentation(Dataset):
@@ -43,6 +58,8 @@ class KeyedAugmentation(Dataset):
         self.collate_fn = collate_fn
         self.owned_generators = tuple(owned_generators)
         self.draws_from_oneflow = False  # until a batch is seen drawing from OneFlow's generator
+        self._state_checked_epoch = None  # the main process's last epoch whose first batch it checked
+        self._reads_unchecked = 0  # batches read since the last check with the wrappers' reports alone
 
     def __len__(self):
         return len(self.dataset)
@@ -52,14 +69,49 @@ class KeyedAugmentation(Dataset):
         if epoch is None:
             raise TypeError(f"KeyedAugmentation reads whole batches that know their epoch (an EpochBatch, as "
                             f"GlobalOrderBatchSampler yields them), not {batch!r}")
+        if not self.draws_from_oneflow:
+            result = self._read_unless_it_draws_from_oneflow(batch, epoch)
+            if result is not _DREW_FROM_ONEFLOW:
+                return result
+            self.draws_from_oneflow = True
         with preserved_streams(oneflow=True):
-            if not self.draws_from_oneflow:
-                seed_oneflow_probe()
-                result = self._keyed_batch(batch, epoch, oneflow=False)
-                if oneflow_untouched_since_probe():
-                    return result
-                self.draws_from_oneflow = True
             return self._keyed_batch(batch, epoch, oneflow=True)
+
+    def _read_unless_it_draws_from_oneflow(self, batch, epoch):
+        """The batch with python and numpy keyed per sample, or ``_DREW_FROM_ONEFLOW`` where reading it drew
+        from OneFlow's generator (the caller's OneFlow stream then as it was)."""
+        check_state = self._checks_generator_state(epoch)
+        with preserved_streams(oneflow=check_state), oneflow_draws_heard(not check_state) as heard:
+            if check_state:
+                seed_oneflow_probe()
+            result = self._keyed_batch(batch, epoch, oneflow=False)
+            if heard.drew:
+                return _DREW_FROM_ONEFLOW
+            if check_state and not oneflow_untouched_since_probe():
+                self._warn_unreported_draw()
+                return _DREW_FROM_ONEFLOW
+        self._reads_unchecked = 0 if check_state else self._reads_unchecked + 1
+        return result
+
+    def _checks_generator_state(self, epoch):
+        """Whether this read also checks OneFlow's generator state (see the module's doc)."""
+        if get_worker_info() is not None or not oneflow_draws.watching():
+            return True
+        if epoch == self._state_checked_epoch:
+            return False
+        self._state_checked_epoch = epoch
+        return True
+
+    def _warn_unreported_draw(self):
+        if self._reads_unchecked:
+            logger.warning(
+                f"keyed augmentation: the dataset drew from OneFlow's CPU generator through a function libai_ext's "
+                f"wrappers do not see (a reference to OneFlow's own op taken before they were installed: a default "
+                f"argument, a closure). Every batch is keyed from this one on, but the {self._reads_unchecked} "
+                f"batch(es) this process read since it last checked the generator (at an epoch's first batch) were "
+                f"checked at the calls only and may have drawn unkeyed. Read the data in loader workers "
+                f"(dataloader.train.num_workers > 0: every batch is checked there at no cost), or call OneFlow's "
+                f"ops by their names.")
 
     def _keyed_batch(self, batch, epoch, oneflow):
         samples = [self._read(epoch, index, oneflow) for index in batch]

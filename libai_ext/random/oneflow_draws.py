@@ -18,8 +18,11 @@ What holds a reference taken before (a default argument, a closure) is left to
 
 A wrapper counts the draw (``draw_count``), then calls OneFlow's own op, except inside a model's
 forward (``forwards`` not empty, or OneFlow tracing a graph), where it hands the call to the
-router ``layers.stochastic_ops`` installs (``set_router``).
+router ``layers.stochastic_ops`` installs (``set_router``).  Before a call reaches OneFlow's own op,
+the listeners of ``listening()`` hear of it (keyed augmentation: at the call, with no wait for the
+rank's queued work, which any look at a generator's state costs).
 """
+import contextlib
 import logging
 import sys
 
@@ -33,6 +36,7 @@ _lazy = flow._oneflow_internal.lazy_mode.is_enabled
 _originals = {}  # (owner, attribute) -> OneFlow's own
 _wrappers = {}   # id(OneFlow's own) -> its wrapper
 _draws = 0
+_listeners = []  # DrawWatch objects of ``listening()``: told before a call reaches OneFlow's own op
 _EXEMPT_MODULES = ("libai_ext.",)  # libai_ext calls OneFlow's own ops where it means to
 
 
@@ -56,6 +60,8 @@ def _wrapped(name, original):
         _draws += 1
         if _router is not None and (forwards or _lazy()):
             return _router(name, original, args, kwargs)
+        for watch in _listeners:
+            watch.heard(name)
         return original(*args, **kwargs)
     draw.__name__ = draw.__qualname__ = name
     draw.__doc__, draw.__wrapped__ = original.__doc__, original
@@ -124,6 +130,36 @@ def watching():
 def originals():
     """``{id(OneFlow's own): name}`` of every wrapped op (the first forward's check looks for them)."""
     return {id(original): attribute for (_, attribute), original in _originals.items()}
+
+
+class DrawWatch:
+    """``drew``: whether a call reached one of OneFlow's own random ops through a wrapper while it listened
+    (the first one's name in ``first``); ``before_first()``, if given, runs right before that call's op."""
+
+    def __init__(self, before_first=None):
+        self.first, self._before_first = None, before_first
+
+    @property
+    def drew(self):
+        return self.first is not None
+
+    def heard(self, name):
+        if self.first is None:
+            self.first = name
+            if self._before_first is not None:
+                self._before_first()
+
+
+@contextlib.contextmanager
+def listening(before_first=None):
+    """A ``DrawWatch`` told of every call that reaches OneFlow's own random ops while inside (in this process,
+    routed calls inside a forward excepted: they draw from keyed streams)."""
+    watch = DrawWatch(before_first)
+    _listeners.append(watch)
+    try:
+        yield watch
+    finally:
+        _listeners.remove(watch)
 
 
 def draw_count():

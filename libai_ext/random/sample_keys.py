@@ -122,6 +122,27 @@ def oneflow_untouched_since_probe():
     return np.array_equal(flow.default_generator.get_state().numpy(), _probe_state)
 
 
+@contextlib.contextmanager
+def oneflow_draws_heard(keep_caller_stream=True):
+    """Within: a ``oneflow_draws.DrawWatch`` (``.drew``) told of every call that reaches OneFlow's own random
+    ops through libai_ext's wrappers, at the call: nothing waits for the rank's queued work while nothing
+    draws.  ``keep_caller_stream``: OneFlow's CPU generator is saved right before the first such draw runs
+    (one wait, then) and put back on leaving, so a discarded read advances nothing the caller draws."""
+    saved = []
+
+    def save():
+        _finish_queued_draws()
+        saved.append(flow.default_generator.get_state())
+
+    with oneflow_draws.listening(save if keep_caller_stream else None) as watch:
+        try:
+            yield watch
+        finally:
+            if saved:
+                _finish_queued_draws()
+                flow.default_generator.set_state(saved[0])
+
+
 class KeyedDrawOnGPU(RuntimeError):
     """A dataset drew from a CUDA generator inside keyed augmentation, which keys host streams only."""
 
