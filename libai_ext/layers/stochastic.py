@@ -42,7 +42,7 @@ from oneflow.nn.graph.proxy import ProxyModule
 
 from ..random import draws, modes
 from ..random.counter_rng import (
-    call_keys, keep_mask, local_keep_mask, shard_box, step_hash, stream_keys, stream_words,
+    call_keys, keep_mask, local_keep_mask, shard_box, split_hash, step_hash, stream_keys, stream_words,
 )
 from ..random.shard_rng import local_device, shard_coordinates, shard_generator
 from . import graph_calls
@@ -158,8 +158,8 @@ class _CounterStream(nn.Module):
         layer = self.to(nn.Module) if isinstance(self, ProxyModule) else self
         step, call = graph_calls.traced_draw(layer, x, name=f"{type(layer).__name__} {layer.stream!r}")
         seed = modes.layer_seed()
-        where = (str(x.placement), len(x.sbp)) if x.is_global else str(x.device)
-        hashed = graph_calls.shared(("step_hash", seed, where), lambda: step_hash(seed, step.step))
+        hashed = graph_calls.shared(("step_hash", seed, graph_calls.layout_key(x)),
+                                    lambda: split_hash(step_hash(seed, step.step)))
         keys, rows = call_keys(stream_words(seed, layer.stream), hashed, call), step.rows()
         shape = tuple(mask_shape or x.shape)
         sbp = _replicated(mask_sbp or x.sbp) if x.is_global else None

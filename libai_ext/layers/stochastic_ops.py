@@ -185,13 +185,7 @@ class _Stream:
 
     def next_draw(self, layout):
         if oneflow_draws._lazy():
-            traced = graph_calls.traced_draw(self, layout)
-            if traced is None:
-                step, call, info = self.counter.next()
-                logger.warning(f"random op stream {self.stream!r} traced outside libai_ext's GraphBase: its draw "
-                               "is frozen, every step of this graph draws the same values")
-                return forward_draws.Draw(self.stream, step, call, None, lazy=True)
-            step_info, call = traced
+            step_info, call = graph_calls.traced_draw(self, layout)  # (raises in a graph given no step)
             outer = draws.current_step()
             if outer is not None:  # the trainer's step: where the batch's rows are
                 step_info.batch_rows, step_info.data_parallel_rank = outer.batch_rows, outer.data_parallel_rank

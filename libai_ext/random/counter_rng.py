@@ -107,9 +107,16 @@ def call_keys(words, hashed, call=0):
     multipliers = [linear[3 * k] for k in range(STEP_KEYS)]
     constants = [to_signed(linear[3 * k + 1] * call + linear[3 * k + 2]) for k in range(STEP_KEYS)]
     if isinstance(hashed, flow.Tensor):
-        keys = hashed * _int32_like(hashed, multipliers) - _int32_like(hashed, constants)
-        return tuple(flow.split(keys, 1)) + tuple(rounds)
+        hashed = split_hash(hashed)
+    if isinstance(hashed[0], flow.Tensor):  # ``*`` and ``-`` of Python ints: exact, no constant tensors
+        return tuple(h * m - c for h, m, c in zip(hashed, multipliers, constants)) + tuple(rounds)
     return tuple(to_signed(h * m - c) for h, m, c in zip(hashed, multipliers, constants)) + tuple(rounds)
+
+
+def split_hash(hashed):
+    """A tensor ``step_hash`` as its words, one-element tensors (``call_keys`` takes either form; a graph
+    splits it once for all its draws)."""
+    return tuple(flow.split(hashed, 1))
 
 
 def stream_keys(seed, stream, step, call=0):

@@ -91,8 +91,10 @@ def _strides(shape):
 
 def _scaled(key, factor):
     """``key * factor`` modulo 2**32, for an int key or an int32 tensor key (never negated:
-    unary ``-`` of a tensor is not exact)."""
-    return to_signed(key * factor) if isinstance(key, int) else key * to_signed(factor)
+    unary ``-`` of a tensor is not exact; a factor of 1 adds no op to a graph)."""
+    if isinstance(key, int):
+        return to_signed(key * factor)
+    return key if factor == 1 else key * to_signed(factor)
 
 
 def _arange(size, **layout):
