@@ -52,8 +52,8 @@ GROUPS = [
      "--graph`) run LiBai's models with the config's graph (`libai_ext.engine.GraphBase`) under stock LiBai's "
      "`DefaultTrainer` and under `ConsistentBatchTrainer`. Every figure here was measured on CPU; on a GPU, "
      "`make gpu-check` measures the int-op path and the GPT-2 graph step.",
-     ["mask_cost", "trainer_overhead_gpt2_graph", "trainer_overhead_gpt2_graph_1rank_5repeats",
-      "trainer_overhead_vit_graph", "step_profile_gpt2_1ranks_graph"]),
+     ["mask_cost", "trainer_overhead_gpt2_graph", "trainer_overhead_vit_graph", "trainer_overhead_demo_graph",
+      "step_profile_gpt2_1ranks_graph"]),
     ("The layout-invariant pieces",
      "Each piece of `train.randomness=\"layout_invariant\"` against the path it replaces, side by side in one run.",
      ["randomness_cost", "generator_bijection", "param_init_cost", "loader_keying", "mixup_cost", "epoch_order"]),
