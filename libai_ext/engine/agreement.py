@@ -1,4 +1,5 @@
 """Every rank acting on one rank's findings: a barrier, a broadcast of a python object, an "any rank" flag."""
+import logging
 import pickle
 
 import oneflow as flow
@@ -29,6 +30,9 @@ def agree_on(src, compute):
             outcome = ("value", compute())
         except Exception as e:  # handed to every rank below
             outcome, error = ("error", f"{type(e).__name__}: {e}"), e
+            # In this rank's own log before any other rank hears of it: a launcher that stops the job when
+            # the first rank exits may end this one before its traceback is written.
+            logging.getLogger(__name__).error(outcome[1])
     kind, value = broadcast_object(outcome, src)
     if error is not None:
         raise error
