@@ -275,4 +275,4 @@ def test_a_users_script_warns_on_rank_0_and_every_rank_refuses_without_a_hang(tm
     warning = "train.sed: not a key LiBai or libai_ext reads; did you mean train.seed?"
     assert {rank: record["warnings"] for rank, record in records.items()} == {0: [warning], 1: []}
     assert all(record["refused"].startswith(REFUSED) for record in records.values()), records
-    assert result.failed_ranks() == [0, 1]  # the refusal ends each rank's script, as a user's would
+    assert result.ended_with(1), result.returncodes  # the refusal ends each rank's script, as a user's would

@@ -39,6 +39,18 @@ def test_expected_failure_is_visible_without_raising():
     assert result.failed_ranks() == [0] and not result.timed_out
 
 
+@pytest.mark.parametrize("codes, code, ends", [
+    ({0: 0, 1: 0}, 0, True), ({0: 0, 1: None}, 0, False),
+    ({0: None, 1: 1}, 1, True), ({0: 1, 1: 1}, 1, True),  # the launcher may end rank 0 before it exits
+    ({0: 0, 1: 1}, 1, False), ({0: None, 1: None}, 1, False), ({0: 2, 1: None}, 1, False),
+])
+def test_ended_with_allows_the_ranks_the_launcher_terminated(codes, code, ends):
+    from libai_ext.testing.multirank import LaunchResult
+
+    result = LaunchResult(command=["x"], nproc=len(codes), workdir="/nonexistent", returncodes=codes)
+    assert result.ended_with(code) is ends
+
+
 def _timed_wait(env, workdir, timeout_s=5.0):
     start = time.monotonic()
     wait_for_master(env, str(workdir), timeout_s=timeout_s)

@@ -72,6 +72,17 @@ class LaunchResult:
         """
         return [rank for rank in range(self.nproc) if text in self.log(rank)]
 
+    def ended_with(self, code):
+        """Whether the job ended as exit code ``code`` says, as OneFlow's launcher lets one end.
+
+        ``0``: every rank exited 0.  Non-zero: a rank exited with ``code`` and every other rank
+        either did too or was still running when the launcher terminated it (no exit code).
+        """
+        codes = [self.returncodes.get(rank) for rank in range(self.nproc)]
+        if code == 0:
+            return codes == [0] * self.nproc
+        return code in codes and all(rc in (code, None) for rc in codes)
+
     def failed_ranks(self):
         return sorted(r for r, rc in self.returncodes.items() if rc not in (0, None))
 
