@@ -93,6 +93,8 @@ setup-libai-main:
 	@[[ -z "$(LIBAI_MAIN_ARCHIVE)" || "$(LIBAI_MAIN_ARCHIVE)" != *.tar.gz ]] || test -f "$(LIBAI_MAIN_ARCHIVE)" || { \
 	  echo "make setup-libai-main: no LiBai main archive at $(LIBAI_MAIN_ARCHIVE); set LIBAI_MAIN_ARCHIVE=<path or pip" \
 	  "requirement of LiBai main>, or leave it empty for $(LIBAI_MAIN_GIT)" >&2; exit 1; }
+	@[[ "$(LIBAI_MAIN)" != "$(LIBAI_MAIN_GIT)" ]] || echo "make setup-libai-main: LiBai main from github.com (no archive" \
+	  "at ../shared/vendor/libai-main-9dcbe3b.tar.gz); offline, set LIBAI_MAIN_ARCHIVE=<a source archive of 9dcbe3b>" >&2
 	$(MAKE) setup VENV=$(LIBAI_MAIN_VENV) LIBAI=$(LIBAI_MAIN)
 
 # The same code on LiBai main: sets up $(LIBAI_MAIN_VENV) (once), runs the line's tests there.
