@@ -16,7 +16,12 @@ PYTEST_ARGS ?= --durations=25
 # CI keeps one (offline: no git URL needed there).
 LIBAI_MAIN_COMMIT := 9dcbe3b281c98ba9a3bd192495bef42570095336
 LIBAI_MAIN_GIT := git+https://github.com/Oneflow-Inc/libai.git@$(LIBAI_MAIN_COMMIT)
-LIBAI_MAIN_ARCHIVE ?= $(wildcard ../shared/vendor/libai-main-9dcbe3b.tar.gz)
+# Where an archive is looked for: beside this checkout, beside the local checkout it was cloned from, and
+# where libai_ext's text-data builder caches the one it downloads (libai_ext/data/text_data.py).
+CLONED_FROM := $(patsubst file://%,%,$(shell git config --get remote.origin.url 2>/dev/null))
+LIBAI_MAIN_ARCHIVE ?= $(firstword $(wildcard ../shared/vendor/libai-main-9dcbe3b.tar.gz \
+  $(CLONED_FROM)/../shared/vendor/libai-main-9dcbe3b.tar.gz \
+  $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/libai_ext/libai-main-9dcbe3b.tar.gz))
 LIBAI_MAIN ?= $(or $(LIBAI_MAIN_ARCHIVE),$(LIBAI_MAIN_GIT))
 LIBAI_MAIN_VENV ?= .venv-libai-main
 # What depends on the LiBai line, run on LiBai main: compat branches, pairing with LiBai's real loader and
@@ -93,8 +98,8 @@ setup-libai-main:
 	@[[ -z "$(LIBAI_MAIN_ARCHIVE)" || "$(LIBAI_MAIN_ARCHIVE)" != *.tar.gz ]] || test -f "$(LIBAI_MAIN_ARCHIVE)" || { \
 	  echo "make setup-libai-main: no LiBai main archive at $(LIBAI_MAIN_ARCHIVE); set LIBAI_MAIN_ARCHIVE=<path or pip" \
 	  "requirement of LiBai main>, or leave it empty for $(LIBAI_MAIN_GIT)" >&2; exit 1; }
-	@[[ "$(LIBAI_MAIN)" != "$(LIBAI_MAIN_GIT)" ]] || echo "make setup-libai-main: LiBai main from github.com (no archive" \
-	  "at ../shared/vendor/libai-main-9dcbe3b.tar.gz); offline, set LIBAI_MAIN_ARCHIVE=<a source archive of 9dcbe3b>" >&2
+	@[[ "$(LIBAI_MAIN)" != "$(LIBAI_MAIN_GIT)" ]] || echo "make setup-libai-main: LiBai main from github.com (no" \
+	  "archive found); offline, set LIBAI_MAIN_ARCHIVE=<a source archive of 9dcbe3b>" >&2
 	$(MAKE) setup VENV=$(LIBAI_MAIN_VENV) LIBAI=$(LIBAI_MAIN)
 
 # The same code on LiBai main: sets up $(LIBAI_MAIN_VENV) (once), runs the line's tests there.

@@ -212,6 +212,8 @@ def test_a_built_folder_is_not_rebuilt_and_other_settings_are_refused(libai_text
 
 
 def test_a_foreign_folder_or_a_missing_libai_source_is_a_clear_error(tmp_path, monkeypatch):
+    (tmp_path / "source.tar.gz").write_bytes(b"")  # found, so the folder is what is refused
+    monkeypatch.setenv(text_data.LIBAI_SOURCE_ENV, str(tmp_path / "source.tar.gz"))
     (tmp_path / "foreign").mkdir()
     (tmp_path / "foreign" / "notes.txt").write_text("mine")
     with pytest.raises(TextDataError, match="no MANIFEST.json"):
@@ -222,6 +224,77 @@ def test_a_foreign_folder_or_a_missing_libai_source_is_a_clear_error(tmp_path, m
         ensure_text_data(str(tmp_path / "empty"))
     with pytest.raises(KeyError, match="known"):
         text_data.text_data_file(str(tmp_path), "gpt3_vocab")
+
+
+# --- finding LiBai's source: beside the checkout, beside the one it was cloned from, or downloaded once ---
+
+def _archive_with_the_tool(path):
+    import io
+    import tarfile
+
+    body = b"# LiBai's preprocess tool stands here\n"
+    with tarfile.open(path, "w:gz") as archive:
+        member = tarfile.TarInfo(f"libai-main/{text_data.TOOL}")
+        member.size = len(body)
+        archive.addfile(member, io.BytesIO(body))
+    return path
+
+
+@pytest.fixture
+def nowhere_else(tmp_path, monkeypatch):
+    """No archive from the environment, beside the checkout or cloned-from checkout, or in the cache."""
+    monkeypatch.delenv(text_data.LIBAI_SOURCE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(text_data.glob, "glob", lambda pattern: [])
+    return tmp_path
+
+
+def test_a_clone_of_a_local_checkout_finds_the_archive_beside_that_checkout(tmp_path):
+    import subprocess
+
+    checkout = tmp_path / "work" / "project"
+    vendor = tmp_path / "work" / "shared" / "vendor"
+    vendor.mkdir(parents=True)
+    _archive_with_the_tool(vendor / "libai-main-9dcbe3b.tar.gz")
+    subprocess.run(["git", "init", "-q", str(checkout)], check=True)
+    clone = tmp_path / "elsewhere" / "clone"
+    subprocess.run(["git", "clone", "-q", str(checkout), str(clone)], check=True, stderr=subprocess.DEVNULL)
+    assert text_data._cloned_from(str(clone)) == str(checkout)
+    assert text_data._cloned_from(str(checkout)) is None  # no origin
+    assert text_data._cloned_from(str(tmp_path / "not-a-repository")) is None
+
+
+def test_with_no_source_anywhere_the_archive_is_downloaded_once_into_the_cache(nowhere_else, monkeypatch):
+    served = _archive_with_the_tool(nowhere_else / "served.tar.gz")
+    monkeypatch.setattr(text_data, "LIBAI_SOURCE_URL", served.as_uri())
+    assert text_data.default_libai_source() is None
+    source = text_data.resolve_libai_source()
+    assert source == text_data.cached_libai_source()
+    assert source.startswith(str(nowhere_else / "cache" / "libai_ext"))
+    assert open(source, "rb").read() == served.read_bytes()
+    assert text_data.default_libai_source() == source  # found from now on: no second download
+    with text_data.preprocess_tool() as tool:
+        assert open(tool).read() == "# LiBai's preprocess tool stands here\n"
+    assert os.listdir(os.path.dirname(source)) == [os.path.basename(source)]  # nothing partial left
+
+
+def test_a_failed_download_names_the_url_and_leaves_nothing(nowhere_else, monkeypatch):
+    (nowhere_else / "page.html").write_text("<html>not an archive</html>")
+    for url, reason in (((nowhere_else / "missing.tar.gz").as_uri(), "cannot download"),
+                        ((nowhere_else / "page.html").as_uri(), "did not give a .tar.gz")):
+        monkeypatch.setattr(text_data, "LIBAI_SOURCE_URL", url)
+        with pytest.raises(TextDataError, match=reason) as refused:
+            text_data.resolve_libai_source()
+        assert url in str(refused.value) and text_data.LIBAI_SOURCE_ENV in str(refused.value)
+        cache = os.path.dirname(text_data.cached_libai_source())
+        assert not os.path.isdir(cache) or os.listdir(cache) == []
+
+
+def test_the_downloaded_commit_is_the_makefiles_pin(repo_root):
+    makefile = open(os.path.join(repo_root, "Makefile")).read()
+    assert f"LIBAI_MAIN_COMMIT := {text_data.LIBAI_MAIN_COMMIT}\n" in makefile
+    assert text_data.LIBAI_MAIN_COMMIT in text_data.LIBAI_SOURCE_URL
+    assert os.path.basename(text_data.cached_libai_source()) in makefile
 
 
 def test_a_folder_built_without_a_file_says_so(libai_text_data, tmp_path):

@@ -56,6 +56,9 @@ DEFAULT_ROOT = "./data/libai_text"
 MANIFEST = "MANIFEST.json"
 TOOL = "tools/preprocess_data.py"
 LIBAI_SOURCE_ENV = "LIBAI_MAIN_ARCHIVE"  # the Makefile's name for LiBai main's source archive
+LIBAI_MAIN_COMMIT = "9dcbe3b281c98ba9a3bd192495bef42570095336"  # the Makefile's pin
+LIBAI_SOURCE_URL = f"https://github.com/Oneflow-Inc/libai/archive/{LIBAI_MAIN_COMMIT}.tar.gz"
+DOWNLOAD_TIMEOUT_S = 120
 # Set by oneflow.distributed.launch in each rank: a tool started from a rank with them would join
 # (and block) that rank's job when it imports OneFlow.
 LAUNCH_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")
@@ -86,18 +89,72 @@ class TextDataError(RuntimeError):
 
 def default_libai_source():
     """LiBai main's source archive: ``$LIBAI_MAIN_ARCHIVE``, else where this repository's Makefile
-    expects it (``../shared/vendor/libai-main-*.tar.gz`` next to the repository); None if absent."""
+    looks for it (``../shared/vendor/libai-main-*.tar.gz`` beside this checkout or beside the local
+    checkout it was cloned from), else the copy ``fetch_libai_source`` cached; None if absent."""
     if os.environ.get(LIBAI_SOURCE_ENV):
         return os.environ[LIBAI_SOURCE_ENV]
     repository = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    found = sorted(glob.glob(os.path.join(repository, "..", "shared", "vendor", "libai-main-*.tar.gz")))
-    return os.path.abspath(found[-1]) if found else None
+    for folder in (repository, _cloned_from(repository)):
+        found = sorted(glob.glob(os.path.join(folder, "..", "shared", "vendor", "libai-main-*.tar.gz"))) if folder else []
+        if found:
+            return os.path.abspath(found[-1])
+    cached = cached_libai_source()
+    return cached if os.path.isfile(cached) else None
+
+
+def _cloned_from(repository):
+    """The local folder git's ``origin`` of ``repository`` names (a clone of a local checkout), or None."""
+    try:
+        url = subprocess.run(["git", "-C", repository, "config", "--get", "remote.origin.url"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    url = url[len("file://"):] if url.startswith("file://") else url
+    return url if url and os.path.isdir(url) else None
+
+
+def cached_libai_source():
+    """Where ``fetch_libai_source`` keeps LiBai main's archive: ``$XDG_CACHE_HOME/libai_ext`` (or ``~/.cache``)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "libai_ext", f"libai-main-{LIBAI_MAIN_COMMIT[:7]}.tar.gz")
+
+
+def fetch_libai_source(url=None):
+    """Download LiBai main's archive at the pinned commit into ``cached_libai_source()`` (whole or not at all:
+    written aside, then renamed); returns its path, or raises ``TextDataError`` naming the URL."""
+    import urllib.request
+
+    url = url or LIBAI_SOURCE_URL
+    target = cached_libai_source()
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    logger.info(f"downloading LiBai main's source ({LIBAI_MAIN_COMMIT[:7]}) for its {TOOL}: {url} -> {target}")
+    fd, partial = tempfile.mkstemp(prefix=".download-", dir=os.path.dirname(target))
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response:
+            shutil.copyfileobj(response, out)
+        if not tarfile.is_tarfile(partial):
+            raise TextDataError(f"{url} did not give a .tar.gz archive")
+        os.replace(partial, target)
+    except OSError as e:
+        raise TextDataError(f"cannot download LiBai main's source from {url}: {e}") from e
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
+    return target
 
 
 def resolve_libai_source(libai_source=None):
-    """The LiBai source folder or archive to take the tool from, or a clear error naming how to give one."""
+    """The LiBai source folder or archive to take the tool from (downloaded once when none is given or
+    found), or a clear error naming how to give one."""
     source = libai_source or default_libai_source()
-    if not source or not os.path.exists(source):
+    if not libai_source and not source:
+        try:
+            source = fetch_libai_source()
+        except TextDataError as e:
+            raise TextDataError(f"LiBai's {TOOL} is needed, but no LiBai source was found and {e}: pass a LiBai "
+                                f"source folder or archive (${LIBAI_SOURCE_ENV}, text_data.libai_source=... in a "
+                                "config, --libai-source to tools/make_text_data.py)") from e
+    if not os.path.exists(source):
         raise TextDataError(
             f"LiBai's {TOOL} is needed to build the text data, but no LiBai source was found "
             f"(libai_source={libai_source!r}, ${LIBAI_SOURCE_ENV}={os.environ.get(LIBAI_SOURCE_ENV)!r}): pass a "
