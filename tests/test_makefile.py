@@ -32,10 +32,12 @@ def test_demo_runs_to_the_end_and_prints_accuracy(repo_root, tmp_path):
 LIBAI_MAIN_GIT = "git+https://github.com/Oneflow-Inc/libai.git@9dcbe3b281c98ba9a3bd192495bef42570095336"
 
 
-def make_variable(folder, name, *args):
-    """The value ``make`` gives ``name`` in ``folder``'s Makefile (with ``args``)."""
+def make_variable(folder, name, *args, cache=None):
+    """The value ``make`` gives ``name`` in ``folder``'s Makefile (with ``args``), ``cache`` as the user's
+    cache folder (default: one that does not exist, so no archive a download left is found)."""
+    env = dict(os.environ, XDG_CACHE_HOME=str(cache or os.path.join(str(folder), "no-cache")))
     out = subprocess.run(["make", "--no-print-directory", "-C", str(folder), "--eval", "print-%: ; @echo $($*)",
-                          f"print-{name}", *args], capture_output=True, text=True, timeout=60)
+                          f"print-{name}", *args], capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 
@@ -53,6 +55,30 @@ def test_libai_main_is_pinned_by_commit_and_an_archive_is_used_only_when_given(r
         assert make_variable(repo_root, "LIBAI", "VENV=.venv-libai-main") == os.path.relpath(vendored, repo_root)
         with tarfile.open(vendored) as archive:  # the archive is that commit (git archive records it)
             assert archive.pax_headers.get("comment") == LIBAI_MAIN_GIT.rpartition("@")[2]
+
+
+def test_an_archive_beside_the_checkout_a_clone_came_from_or_in_the_cache_is_used(repo_root, tmp_path):
+    """A clone of a local checkout (``git clone . "$(mktemp -d)"``) finds the archive beside that checkout; a
+    folder with none finds the copy libai_ext's text-data builder downloaded into the cache."""
+    project, vendor = tmp_path / "work" / "project", tmp_path / "work" / "shared" / "vendor"
+    vendor.mkdir(parents=True)
+    (vendor / "libai-main-9dcbe3b.tar.gz").write_bytes(b"")
+    clone = tmp_path / "elsewhere"
+    for folder in (project, clone):
+        subprocess.run(["git", "init", "-q", str(folder)], check=True)
+        shutil.copy(os.path.join(repo_root, "Makefile"), folder)
+    subprocess.run(["git", "-C", str(clone), "remote", "add", "origin", str(project)], check=True)
+    assert make_variable(clone, "LIBAI", "VENV=.venv-libai-main") == \
+        f"{project}/../shared/vendor/libai-main-9dcbe3b.tar.gz"
+    cache = tmp_path / "cache"
+    (cache / "libai_ext").mkdir(parents=True)
+    (cache / "libai_ext" / "libai-main-9dcbe3b.tar.gz").write_bytes(b"")
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(os.path.join(repo_root, "Makefile"), alone)
+    assert make_variable(alone, "LIBAI", "VENV=.venv-libai-main", cache=cache) == \
+        f"{cache}/libai_ext/libai-main-9dcbe3b.tar.gz"
+    assert make_variable(alone, "LIBAI", "VENV=.venv-libai-main") == LIBAI_MAIN_GIT
 
 
 def test_every_phony_target_has_a_rule(repo_root):
