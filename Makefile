@@ -19,9 +19,9 @@ LIBAI_MAIN_GIT := git+https://github.com/Oneflow-Inc/libai.git@$(LIBAI_MAIN_COMM
 # Where an archive is looked for: beside this checkout, beside the local checkout it was cloned from, and
 # where libai_ext's text-data builder caches the one it downloads (libai_ext/data/text_data.py).
 CLONED_FROM := $(patsubst file://%,%,$(shell git config --get remote.origin.url 2>/dev/null))
-LIBAI_MAIN_ARCHIVE ?= $(firstword $(wildcard ../shared/vendor/libai-main-9dcbe3b.tar.gz \
-  $(CLONED_FROM)/../shared/vendor/libai-main-9dcbe3b.tar.gz \
-  $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/libai_ext/libai-main-9dcbe3b.tar.gz))
+LIBAI_MAIN_TARBALL := libai-main-$(shell echo $(LIBAI_MAIN_COMMIT) | cut -c1-7).tar.gz
+LIBAI_MAIN_ARCHIVE ?= $(firstword $(wildcard $(addsuffix /$(LIBAI_MAIN_TARBALL),../shared/vendor \
+  $(CLONED_FROM)/../shared/vendor $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/libai_ext)))
 LIBAI_MAIN ?= $(or $(LIBAI_MAIN_ARCHIVE),$(LIBAI_MAIN_GIT))
 LIBAI_MAIN_VENV ?= .venv-libai-main
 # What depends on the LiBai line, run on LiBai main: compat branches, pairing with LiBai's real loader and

@@ -294,7 +294,11 @@ def test_the_downloaded_commit_is_the_makefiles_pin(repo_root):
     makefile = open(os.path.join(repo_root, "Makefile")).read()
     assert f"LIBAI_MAIN_COMMIT := {text_data.LIBAI_MAIN_COMMIT}\n" in makefile
     assert text_data.LIBAI_MAIN_COMMIT in text_data.LIBAI_SOURCE_URL
-    assert os.path.basename(text_data.cached_libai_source()) in makefile
+    import subprocess
+
+    tarball = subprocess.run(["make", "--no-print-directory", "-C", repo_root, "--eval", "print-%: ; @echo $($*)",
+                              "print-LIBAI_MAIN_TARBALL"], capture_output=True, text=True, timeout=60).stdout.strip()
+    assert os.path.basename(text_data.cached_libai_source()) == tarball  # where the Makefile looks
 
 
 def test_a_folder_built_without_a_file_says_so(libai_text_data, tmp_path):

@@ -119,12 +119,12 @@ def cached_libai_source():
     return os.path.join(cache, "libai_ext", f"libai-main-{LIBAI_MAIN_COMMIT[:7]}.tar.gz")
 
 
-def fetch_libai_source(url=None):
+def fetch_libai_source():
     """Download LiBai main's archive at the pinned commit into ``cached_libai_source()`` (whole or not at all:
     written aside, then renamed); returns its path, or raises ``TextDataError`` naming the URL."""
     import urllib.request
 
-    url = url or LIBAI_SOURCE_URL
+    url = LIBAI_SOURCE_URL
     target = cached_libai_source()
     os.makedirs(os.path.dirname(target), exist_ok=True)
     logger.info(f"downloading LiBai main's source ({LIBAI_MAIN_COMMIT[:7]}) for its {TOOL}: {url} -> {target}")
