@@ -5,6 +5,8 @@
 ``get_batch(data, input_placement_device)``).  A two-argument call is therefore ambiguous
 by itself: the installed line decides what the second argument is.
 """
+import inspect
+
 from . import detect
 
 
@@ -53,3 +55,22 @@ def run_step_arguments(device_type=None, line=None):
 
         device_type = layer_placement(0).type
     return (device_type,)
+
+
+def takes_input_device(run_step):
+    """Whether an ``EagerTrainer``/``GraphTrainer``'s bound ``run_step`` takes main's input device after
+    ``get_batch``; a project trainer written for 0.1.1 (LiBai main's own MoCo v3) takes ``get_batch`` alone."""
+    parameters = list(inspect.signature(run_step).parameters.values())
+    if any(p.kind is p.VAR_POSITIONAL for p in parameters):
+        return True
+    return len([p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) >= 2
+
+
+def with_input_device(get_batch, input_placement_device):
+    """``get_batch`` in 0.1.1's convention, ``(data, mixup_func=None)``, for a project trainer that calls it so
+    on LiBai main (whose second positional argument is the input device): the device is bound here."""
+
+    def get_batch_with_device(data, mixup_func=None):
+        return get_batch(data, input_placement_device, mixup_func)
+
+    return get_batch_with_device

@@ -93,13 +93,22 @@ def default_libai_source():
     checkout it was cloned from), else the copy ``fetch_libai_source`` cached; None if absent."""
     if os.environ.get(LIBAI_SOURCE_ENV):
         return os.environ[LIBAI_SOURCE_ENV]
-    repository = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    for folder in (repository, _cloned_from(repository)):
-        found = sorted(glob.glob(os.path.join(folder, "..", "shared", "vendor", "libai-main-*.tar.gz"))) if folder else []
-        if found:
-            return os.path.abspath(found[-1])
+    found = vendor_archive("libai-main-*.tar.gz")
+    if found:
+        return found
     cached = cached_libai_source()
     return cached if os.path.isfile(cached) else None
+
+
+def vendor_archive(pattern):
+    """The newest archive named ``pattern`` in ``../shared/vendor`` beside this checkout or beside the local
+    checkout it was cloned from (where this repository's Makefile and CI keep LiBai's archives), or None."""
+    repository = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for folder in (repository, _cloned_from(repository)):
+        found = sorted(glob.glob(os.path.join(folder, "..", "shared", "vendor", pattern))) if folder else []
+        if found:
+            return os.path.abspath(found[-1])
+    return None
 
 
 def _cloned_from(repository):

@@ -127,7 +127,8 @@ def setup(args):
 def build_trainer(cfg, trainer_cls):
     """The configured trainer with this project's hooks (raw losses, batch check) installed."""
     trainer = trainer_cls(cfg)
-    trainer.register_hooks([RawLossWriter(cfg.train.output_dir)])
+    if not any(isinstance(hook, RawLossWriter) for hook in trainer._hooks):  # a stock trainer's run
+        trainer.register_hooks([RawLossWriter(cfg.train.output_dir)])
     install_batch_check(trainer, try_get_key(cfg, "train.batch_check", default="off"))
     return trainer
 

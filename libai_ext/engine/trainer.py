@@ -9,8 +9,9 @@ from libai.config.lazy import locate
 from libai.engine import DefaultTrainer
 from libai.utils import distributed as dist
 
-from ..compat import fill_missing_config_keys, get_batch_api, graph_proxy_v0_1, vocab_padding
+from ..compat import batch_statistics, fill_missing_config_keys, get_batch_api, graph_proxy_v0_1, vocab_padding
 from ..compat.layout import placement_data_parallel_rank
+from ..compat.pipeline_stages import explain_mixed_stages
 from ..data.position import KEY as DATA_POSITION
 from ..layers import convert_stochastic_layers, name_stochastic_layers, stochastic_ops
 from ..random import DEFAULT_RANDOMNESS, preserved_rng_state, recording_init, reinitialize, watch_late_parameters
@@ -19,6 +20,7 @@ from ..random.draws import drawing_step
 from .batch import consistent_batch
 from .checkpoint import use_committed_checkpoints, with_committed_retention
 from .config_checks import recording_layer_indices, warn_on_pipeline_layer_mismatch
+from .hooks import RawLossWriter
 from .global_loader import layout_invariant, order_train_loaders, use_global_test_order, wants_global_order
 from .graph import check_graph_config, feed_step
 from .key_guard import guard_config_keys
@@ -169,7 +171,22 @@ class ConsistentBatchTrainer(DefaultTrainer):
         # get_batch is a classmethod LiBai calls without the iteration: hand it over here, and
         # tell the stochastic layers which draw of which step this is (libai_ext.random.draws).
         with drawing_step(**self._draw_position()):
-            super().run_step()
+            try:
+                if get_batch_api.run_step_arguments() and not get_batch_api.takes_input_device(self._trainer.run_step):
+                    self._run_legacy_step()
+                else:
+                    super().run_step()
+            except RuntimeError as error:  # OneFlow's bare placement error, explained where it is a stage mix
+                mixed = explain_mixed_stages(error, self.model, dist.get_dist_util().pipeline_parallel_size)
+                if mixed is None:
+                    raise
+                raise mixed from error
+
+    def _run_legacy_step(self):
+        """LiBai main's step for a project trainer written for 0.1.1's ``run_step(get_batch)`` (LiBai main's
+        own MoCo v3, docs/upstream-bugs.md): ``get_batch`` handed over in that convention, the device bound."""
+        self._trainer.iter = self.iter
+        self._trainer.run_step(get_batch_api.with_input_device(self.get_batch, self.cfg.train.input_placement_device))
 
     def _draw_position(self):
         """The global step and micro-batch of this iteration: in eager mode LiBai counts micro-steps
@@ -209,6 +226,8 @@ class ConsistentBatchTrainer(DefaultTrainer):
         stochastic_ops.watch_model(model)
         audit_stochastic_ops(model, randomness)
         stochastic_ops.route_stochastic_ops()
+        if randomness == "layout_invariant":
+            batch_statistics.route_batch_statistics()  # BatchNorm over the global batch, as on 1 rank
         # The optimizer gets the parameters right after this: later ones are refused / warned about.
         return watch_late_parameters(model, refuse=randomness == "layout_invariant")
 
@@ -294,7 +313,8 @@ class ConsistentBatchTrainer(DefaultTrainer):
         return super().build_lr_scheduler(cfg, optimizer)
 
     def build_hooks(self):
-        hooks = with_committed_retention(super().build_hooks(), self.cfg)
+        # losses.jsonl: every iteration's raw losses, for whatever script builds this trainer (a project's own too)
+        hooks = with_committed_retention(super().build_hooks(), self.cfg) + [RawLossWriter(self.cfg.train.output_dir)]
         accumulation = eager_accumulation(self.cfg)
         return per_optimizer_step(hooks, accumulation) if accumulation > 1 else hooks
 

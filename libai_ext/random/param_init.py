@@ -86,8 +86,14 @@ def _evaluate(recipe, draw_values):
 
 
 def _local(tensor):
+    """This rank's part of ``tensor``; nothing on a rank outside its placement, where OneFlow 0.9.0 gives a 0-dim
+    tensor one uninitialised element (a BatchNorm's ``num_batches_tracked`` on another pipeline stage)."""
     tensor = tensor.detach()
-    return tensor.to_local() if tensor.is_global else tensor
+    if not tensor.is_global:
+        return tensor
+    if flow.env.get_rank() not in tensor.placement.ranks:
+        return flow.zeros(0, dtype=tensor.dtype)
+    return tensor.to_local()
 
 
 def _same_layout(a, b):

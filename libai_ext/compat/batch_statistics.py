@@ -1,0 +1,104 @@
+"""BatchNorm over the global batch, as on 1 rank: OneFlow 0.9.0 normalises each shard with its own statistics.
+
+Every training-mode batch normalisation of OneFlow 0.9.0 ends in one of two functional ops: ``flow._C.normalization``
+(``nn.BatchNorm1d/2d/3d`` and any subclass, ``nn.functional.batch_norm``, ``nn.SyncBatchNorm`` where it does not
+synchronise) and ``flow._C.normalization_add_relu`` (``nn.FusedBatchNorm1d/2d/3d``).  On a global tensor split along
+an axis the statistics reduce over (the batch, under data parallelism), their kernels take the mean and variance of
+each shard alone, the way DDP without SyncBN does: a dp2 run normalises with other numbers than 1 rank, and keeps
+other running statistics, with no random draw involved (docs/upstream-bugs.md).
+
+``route_batch_statistics()`` replaces both ops (through ``compat.patching``) with ``normalization`` /
+``normalization_add_relu`` below: where the input in training is split along a reduced axis over more than one
+rank, the mean and the variance are global reductions over the whole tensor (each one small all-reduce of one value
+per channel: two per layer, the variance after the mean, as OneFlow's kernel also centres first), the output is
+normalised with them and the running statistics are updated with them (unbiased variance, as OneFlow's kernel).
+Everything else (evaluation, an unsplit batch, a split along the channel axis, local tensors) runs OneFlow's kernel
+unchanged, and so does every call while ``train.randomness="fast"`` (OneFlow's per-shard statistics, reproducible
+on one layout only).
+
+The other ops of OneFlow 0.9.0 that normalise are per sample (``layer_norm``, ``group_norm``, ``rms_norm``,
+``normalize``, ``nn.InstanceNorm*``: composed of global reductions over each sample's own axes) or reach only
+local CUDA tensors (``batch_norm_stats`` and the other ops behind ``SyncBatchNorm``'s synchronised path):
+``PER_SAMPLE`` and ``LOCAL_ONLY`` name them, and a test fails on a new normalising op in neither list.
+"""
+import oneflow as flow
+
+from ..random.modes import randomness
+from .patching import replace
+
+# OneFlow 0.9.0's functional ops that normalise, by what they reduce over.
+BATCH_STATISTICS = ("normalization", "normalization_add_relu")  # routed here
+PER_SAMPLE = ("layer_norm", "layer_norm_affine", "group_norm", "rms_norm", "rms_layer_norm", "normalize")
+LOCAL_ONLY = ("batch_norm_stats", "batch_norm_gather_stats_with_counts", "batch_norm_elemt",
+              "batch_norm_backward_reduce", "batch_norm_backward_elemt")
+NOT_NORMALISATION = ("norm", "matrix_norm", "vector_norm", "embedding_renorm_", "normal",
+                     "dispatch_crop_mirror_normalize_from_tensorbuffer", "dispatch_crop_mirror_normalize_from_uint8",
+                     "dispatch_image_normalize")
+
+_kernels = {}  # OneFlow's own ops, for every call this module does not take over
+
+
+def splits_reduced_axis(x, channel_axis):
+    """Whether the global tensor ``x`` is split, over more than one rank, along an axis that batch statistics
+    reduce over (any axis but ``channel_axis``)."""
+    if not x.is_global:
+        return False
+    ranks_per_axis = x.placement.ranks.shape
+    channel_axis %= x.ndim
+    reduced_splits = [flow.sbp.split(d) for d in range(x.ndim) if d != channel_axis]
+    return any(s in reduced_splits and ranks_per_axis[i] > 1 for i, s in enumerate(x.sbp))
+
+
+def _takes_over(x, axis, is_training):
+    return is_training and randomness() == "layout_invariant" and splits_reduced_axis(x, axis)
+
+
+def normalization(x, running_mean, running_var, weight, bias, axis=1, epsilon=1e-5, momentum=0.1,
+                  is_training=False):
+    """``flow._C.normalization`` with the statistics of the whole global batch where OneFlow's would take a
+    shard's (see the module's doc)."""
+    if not _takes_over(x, axis, is_training):
+        return _kernels["normalization"](x, running_mean, running_var, weight, bias, axis=axis, epsilon=epsilon,
+                                         momentum=momentum, is_training=is_training)
+    return _normalize_over_global_batch(x, running_mean, running_var, weight, bias, axis, epsilon, momentum)
+
+
+def normalization_add_relu(x, addend, running_mean, running_var, weight, bias, axis=1, epsilon=1e-5,
+                           momentum=0.1, is_training=False):
+    """``flow._C.normalization_add_relu`` (BatchNorm, plus ``addend``, then ReLU) likewise."""
+    if not _takes_over(x, axis, is_training):
+        return _kernels["normalization_add_relu"](x, addend, running_mean, running_var, weight, bias, axis=axis,
+                                                  epsilon=epsilon, momentum=momentum, is_training=is_training)
+    y = _normalize_over_global_batch(x, running_mean, running_var, weight, bias, axis, epsilon, momentum)
+    return flow.relu(y if addend is None else y + addend)
+
+
+def _normalize_over_global_batch(x, running_mean, running_var, weight, bias, axis, epsilon, momentum):
+    axis %= x.ndim
+    reduced = [d for d in range(x.ndim) if d != axis]
+    per_channel = [1] * x.ndim
+    per_channel[axis] = x.shape[axis]
+    mean = x.mean(dim=reduced, keepdim=True)
+    centered = x - mean
+    variance = (centered * centered).mean(dim=reduced, keepdim=True)
+    y = centered * flow.rsqrt(variance + epsilon)
+    if weight is not None:
+        y = y * weight.reshape(per_channel)
+    if bias is not None:
+        y = y + bias.reshape(per_channel)
+    if running_mean is not None and running_var is not None:
+        count = x.numel() // x.shape[axis]
+        with flow.no_grad():
+            # as OneFlow's kernel: ``momentum`` is the weight of the new batch's statistics, the variance unbiased
+            running_mean.mul_(1 - momentum).add_(mean.reshape(-1).to_global(sbp=running_mean.sbp) * momentum)
+            unbiased = variance.reshape(-1).to_global(sbp=running_var.sbp) * (count / max(count - 1, 1))
+            running_var.mul_(1 - momentum).add_(unbiased * momentum)
+    return y
+
+
+def route_batch_statistics():
+    """Take over OneFlow's batch-normalisation ops (idempotent; the mode is read at each call)."""
+    for name, replacement in (("normalization", normalization), ("normalization_add_relu", normalization_add_relu)):
+        _kernels.setdefault(name, getattr(flow._C, name))
+        replace(flow._C, name, replacement, "BatchNorm over the global batch under layout_invariant "
+                "(OneFlow 0.9.0 normalises each data-parallel shard with its own statistics)")

@@ -1,0 +1,152 @@
+"""LiBai main's projects (MoCo v3, MAE) as shipped, for the tests: their folders taken from an archive of LiBai main
+at the pinned commit, the user's adoption of the plugin written into a copy of each script, and the command-line
+overrides that size them for CPU ranks.
+
+The adoption is what docs/usage.md shows a project's script changing, and nothing else: the base class of the
+project's trainer becomes ``libai_ext.ConsistentBatchTrainer``, ``libai_ext.apply_patches()`` comes before LiBai's
+set-up, and ``libai_ext.seed_from_config(cfg)`` replaces the project's own seeding (MAE seeds ``seed + rank`` on
+every generator, CUDA's included, which aborts on a host without CUDA).  Each change must match the archive's
+script exactly once, or the helper fails: a new commit of LiBai that moves the lines is seen, not silently
+skipped.
+
+"Stock" is the script as shipped with only what it needs to start on CPU ranks: MAE without its CUDA seeding
+line, MoCo with main's ``run_step(get_batch, input_placement_device)`` signature in its trainer (as shipped it
+fails at the first step on LiBai main, docs/upstream-bugs.md).
+
+Both projects import torch at module level for their PyTorch checkpoint converters, which these runs never call;
+``tests/project_stubs/torch`` stands in for that import (any use of it raises).
+"""
+import os
+import shutil
+import tarfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TORCH_STAND_IN = os.path.join(ROOT, "tests", "project_stubs")
+PROJECTS = ("MOCOV3", "MAE")
+
+# project: (its script, the adoption's edits of that script, the stock repairs: {file: edits})
+IMPORT = ("from libai.utils.checkpoint import Checkpointer\n",
+          "from libai.utils.checkpoint import Checkpointer\nimport libai_ext\n")
+APPLY_PATCHES = ("    default_setup(cfg, args)\n", "    libai_ext.apply_patches()\n    default_setup(cfg, args)\n")
+MAE_SEEDING = ("    seed_for_rank = cfg.train.seed + flow.env.get_rank()\n"
+               "    flow.manual_seed(seed_for_rank)\n"
+               "    flow.cuda.manual_seed(seed_for_rank)\n"
+               "    np.random.seed(seed_for_rank)\n"
+               "    random.seed(seed_for_rank)\n")
+SCRIPTS = {
+    "MOCOV3": ("pretrain_net.py", [
+        IMPORT,
+        ("class MoCoPretrainingTrainer(DefaultTrainer):",
+         "class MoCoPretrainingTrainer(libai_ext.ConsistentBatchTrainer):"),
+        (APPLY_PATCHES[0], APPLY_PATCHES[1] + "    libai_ext.seed_from_config(cfg)\n"),
+    ]),
+    "MAE": ("train_net.py", [
+        IMPORT,
+        ("class Trainer(DefaultTrainer):", "class Trainer(libai_ext.ConsistentBatchTrainer):"),
+        APPLY_PATCHES,
+        (MAE_SEEDING, "    libai_ext.seed_from_config(cfg)\n"),
+    ]),
+}
+STOCK_REPAIRS = {
+    "MOCOV3": {"trainer/moco_trainer.py": [
+        ("def run_step(self, get_batch: Callable):",
+         "def run_step(self, get_batch: Callable, input_placement_device: str = \"cuda\"):"),
+        ("get_batch(data, getattr(self.data_loader, \"mixup_func\", None))",
+         "get_batch(data, input_placement_device, getattr(self.data_loader, \"mixup_func\", None))"),
+    ]},
+    "MAE": {"train_net.py": [("    flow.cuda.manual_seed(seed_for_rank)\n", "")]},
+}
+ADOPTED_SUFFIX = "_libai_ext.py"
+
+
+def projects_archive():
+    """An archive holding LiBai main's ``projects/`` at the pinned commit: the projects archive kept beside this
+    checkout, else LiBai main's source archive when it holds them (GitHub's archive of the commit does)."""
+    from libai_ext.data.text_data import resolve_libai_source, vendor_archive
+
+    found = vendor_archive("libai-projects-*.tar.gz")
+    if found:
+        return found
+    source = resolve_libai_source()
+    with tarfile.open(source) as archive:
+        if any("/projects/MOCOV3/" in name for name in archive.getnames()):
+            return source
+    raise FileNotFoundError(f"no archive of LiBai main's projects: none named libai-projects-*.tar.gz in "
+                            f"../shared/vendor, and LiBai main's source {source} holds no projects/")
+
+
+def extract_projects(dest):
+    """``{project: folder}`` of the projects under ``dest``, extracted from ``projects_archive()``."""
+    folders = {}
+    with tarfile.open(projects_archive()) as archive:
+        for member in archive.getmembers():
+            parts = member.name.split("/")
+            if len(parts) > 2 and parts[1] == "projects" and parts[2] in PROJECTS and member.isfile():
+                member.name = "/".join(parts[2:])
+                archive.extract(member, dest)
+    for project in PROJECTS:
+        folders[project] = os.path.join(dest, project)
+        assert os.path.isfile(os.path.join(folders[project], SCRIPTS[project][0])), (project, dest)
+    return folders
+
+
+def edit_once(path, edits, out_path=None):
+    """Apply each ``(old, new)`` of ``edits`` to the file at ``path``, each matching exactly once; write the
+    result to ``out_path`` (default: in place)."""
+    with open(path) as f:
+        text = f.read()
+    for old, new in edits:
+        count = text.count(old)
+        if count != 1:
+            raise AssertionError(f"{path}: expected {old!r} exactly once, found it {count} times")
+        text = text.replace(old, new)
+    with open(out_path or path, "w") as f:
+        f.write(text)
+
+
+def adopt(folder, project):
+    """The project's script with the plugin adopted, written beside it; returns its path."""
+    script, edits = SCRIPTS[project]
+    adopted = os.path.join(folder, script[:-3] + ADOPTED_SUFFIX)
+    edit_once(os.path.join(folder, script), edits, adopted)
+    return adopted
+
+
+def stock_copy(folder, project, dest):
+    """A copy of the project's folder at ``dest`` with only what stock needs on CPU ranks; returns its script."""
+    shutil.copytree(folder, dest)
+    for name, edits in STOCK_REPAIRS[project].items():
+        edit_once(os.path.join(dest, name), edits)
+    return os.path.join(dest, SCRIPTS[project][0])
+
+
+CPU = ["train.dist.device_type=cpu", "train.input_placement_device=cpu", "train.rdma_enabled=False",
+       "train.amp.enabled=False"]
+VIT = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2)
+GLOBAL_BATCH = 8
+
+
+def overrides(project, imagenet, iters, dp=1, tp=1, pp=1, graph=None):
+    """The CPU-sized run of ``project``: the digits in ImageNet's layout at 32 x 32, a ViT of depth 2 and width
+    32, global batch 8 (MAE: 2 micro-batches a step, as its config accumulates), ``iters`` iterations."""
+    accumulation = 2 if project == "MAE" else 1
+    layers = VIT["depth"] * (2 if project == "MAE" else 1)  # MAE's decoder blocks take layer_idx after the encoder's
+    sizes = [f"train.dist.data_parallel_size={dp}", f"train.dist.tensor_parallel_size={tp}",
+             f"train.dist.pipeline_parallel_size={pp}", f"train.dist.pipeline_num_layers={layers}",
+             f"train.train_micro_batch_size={GLOBAL_BATCH // dp // accumulation}",
+             f"train.num_accumulation_steps={accumulation}",
+             f"train.train_iter={iters}", "train.train_epoch=0", "train.log_period=1", "train.seed=1234",
+             "train.checkpointer.period=100000", "dataloader.train.num_workers=0",
+             f"dataloader.train.dataset.0.root={imagenet}"]
+    if project == "MOCOV3":
+        model = [f"model.{encoder}.{k}={v}" for encoder in ("base_encoder", "momentum_encoder")
+                 for k, v in VIT.items()] + ["model.dim=16", "model.mlp_dim=64"]
+        data = [f"dataloader.train.dataset.0.transform.base_transform{i}.transforms.0.size=32" for i in (1, 2)]
+        data += ["train.evaluation.enabled=False", f"dataloader.test.0.dataset.root={imagenet}"]
+    else:
+        model = [f"model.{k}={v}" for k, v in VIT.items()] + [
+            "model.decoder_embed_dim=32", "model.decoder_depth=2", "model.decoder_num_heads=2"]
+        data = ["dataloader.train.dataset.0.transform.transforms.0.size=[32,32]"]
+    if graph is not None:
+        data.append(f"graph.enabled={graph}")
+    return CPU + sizes + model + data
