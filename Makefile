@@ -30,7 +30,8 @@ LIBAI_MAIN_VENV ?= .venv-libai-main
 # accumulation, LiBai's own layers and model-zoo configs (their text data built with LiBai's preprocess tool),
 # committed checkpoints, preemption, launcher lifetime, the GPU host, the config-key guard (LiBai's keys are
 # read from the installed LiBai; LiBai main's own configs are checked there) and LiBai main's own configs with
-# the plugin's trainer line, every random op inside a forward and MAE-style masking on every layout. One pytest
+# the plugin's trainer line, every random op inside a forward, MAE-style masking on every layout and LiBai main's
+# projects (MoCo v3, MAE) run by their own scripts. One pytest
 # session runs the quick tier of these and of LIBAI_MAIN_LONG_TESTS, and the long tests of LIBAI_MAIN_LONG_TESTS
 # only (--long-tier-file): the fault matrix, preemption's cases, LiBai's whole model zoo on every layout against
 # 1 rank, one iteration of each of LiBai main's own configs and the MAE-style masking on every layout; a quick
@@ -43,9 +44,10 @@ LIBAI_MAIN_TESTS ?= tests/test_compat.py tests/test_environment.py tests/test_ba
   tests/test_text_data.py tests/test_compat_libai_zoo.py tests/test_libai_zoo.py tests/test_libai_zoo_configs.py \
   tests/test_checkpoint_commit.py tests/test_checkpoint_faults.py tests/test_preemption.py \
   tests/test_launcher_lifetime.py tests/test_gpu_host.py tests/test_config_keys.py tests/test_graph_libai.py \
-  tests/test_vocab_padding.py tests/test_libai_main_configs.py tests/test_random_ops.py tests/test_random_op_layouts.py
+  tests/test_vocab_padding.py tests/test_libai_main_configs.py tests/test_random_ops.py tests/test_random_op_layouts.py \
+  tests/test_libai_projects.py
 LIBAI_MAIN_LONG_TESTS ?= tests/test_checkpoint_faults.py tests/test_preemption.py tests/test_zoo_equivalence.py \
-  tests/test_libai_main_configs.py tests/test_random_op_layouts.py
+  tests/test_libai_main_configs.py tests/test_random_op_layouts.py tests/test_libai_projects.py
 
 .PHONY: setup setup-libai-main demo test test-all test-libai-main clean-venv
 
