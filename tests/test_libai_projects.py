@@ -5,8 +5,8 @@ CPU ranks (a ViT of depth 2 and width 32 on scikit-learn's real handwritten digi
 layout, read by LiBai's ``ImageNetDataset`` and MAE's ``PretrainingImageNetDataset``, with the projects'
 own flowvision augmentation; global batch 8; 10 iterations).
 
-* With the plugin, dp2, tp2 and dp2 x tp2 follow 1 rank within 1e-5 per iteration, MoCo eager, MAE eager and in
-  graph mode (LiBai's ``GraphBase``, as MAE's config sets it); MAE's graph follows its eager run.  MoCo's projector
+* With the plugin, dp2, tp2 and dp2 x tp2 follow 1 rank within 1e-5 per iteration, MoCo eager (not on dp2 x tp2:
+  its own loss cannot run on a 2-d placement, LiBai's bug), MAE eager and in graph mode (LiBai's ``GraphBase``, as MAE's config sets it); MAE's graph follows its eager run.  MoCo's projector
   and predictor hold ``BatchNorm1d``: under data parallelism they normalise over the global batch
   (``libai_ext.compat.batch_statistics``).
 * Stock (the scripts as shipped, with what they need to start on CPU ranks) on dp2 differs from its 1 rank at
@@ -38,6 +38,13 @@ RTOL = 1e-5
 LAYOUTS = {"1": dict(dp=1, tp=1), "dp2": dict(dp=2, tp=1), "tp2": dict(dp=1, tp=2), "dp2xtp2": dict(dp=2, tp=2)}
 STOCK_LAYOUTS = ("1", "dp2")
 PLUGIN_RUNS = (("MOCOV3", None), ("MAE", False), ("MAE", True))  # (project, graph.enabled; None: as shipped)
+# MoCo's contrastive loss gives one sbp for the whole placement, which a 2-d one (dp x tp) refuses
+# (docs/upstream-bugs.md, LiBai's projects on a 2-d placement)
+NOT_RUNNABLE = {("MOCOV3", "dp2xtp2")}
+
+
+def plugin_runs(layout):
+    return [(project, graph) for project, graph in PLUGIN_RUNS if (project, layout) not in NOT_RUNNABLE]
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +151,7 @@ def project_losses(projects, tmp_path_factory):
     found = {}
     for name, layout in LAYOUTS.items():
         result, plan = run_layout(projects, work, imagenet, name, layout,
-                                  stock=list(SCRIPTS) if name in STOCK_LAYOUTS else [], plugin_runs=PLUGIN_RUNS)
+                                  stock=list(SCRIPTS) if name in STOCK_LAYOUTS else [], plugin_runs=plugin_runs(name))
         records = records_of_every_rank(result, count=len(plan))
         assert [r["name"] for r in records[0]] == [entry["name"] for entry in plan], records[0]
         found[name] = {r["name"]: (r["kind"], r["losses"]) for r in records[0]}
@@ -164,8 +171,8 @@ def max_relative(a, b):
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("layout", [name for name in LAYOUTS if name != "1"])
-@pytest.mark.parametrize("project,graph", PLUGIN_RUNS)
+@pytest.mark.parametrize("layout,project,graph", [(layout, *run) for layout in LAYOUTS if layout != "1"
+                                                  for run in plugin_runs(layout)])
 def test_the_projects_follow_one_rank_with_the_plugin(project_losses, layout, project, graph):
     name = f"{project}-graph{graph}"
     kind, losses = project_losses[layout][name]
