@@ -9,9 +9,10 @@ every generator, CUDA's included, which aborts on a host without CUDA).  Each ch
 script exactly once, or the helper fails: a new commit of LiBai that moves the lines is seen, not silently
 skipped.
 
-"Stock" is the script as shipped with only what it needs to start on CPU ranks: MAE without its CUDA seeding
-line, MoCo with main's ``run_step(get_batch, input_placement_device)`` signature in its trainer (as shipped it
-fails at the first step on LiBai main, docs/upstream-bugs.md).
+"Stock" is the script as shipped with only what it needs to start on CPU ranks: libai_ext's repairs of LiBai's CPU
+traps (``libai_ext.apply_patches()``: LiBai's set-up exits on its compile step without them), MAE without its CUDA
+seeding line, MoCo with main's ``run_step(get_batch, input_placement_device)`` signature in its trainer (as shipped
+it fails at the first step on LiBai main, docs/upstream-bugs.md).  Its trainer is LiBai's ``DefaultTrainer``.
 
 Both projects import torch at module level for their PyTorch checkpoint converters, which these runs never call;
 ``tests/project_stubs/torch`` stands in for that import (any use of it raises).
@@ -48,13 +49,13 @@ SCRIPTS = {
     ]),
 }
 STOCK_REPAIRS = {
-    "MOCOV3": {"trainer/moco_trainer.py": [
+    "MOCOV3": {"pretrain_net.py": [IMPORT, APPLY_PATCHES], "trainer/moco_trainer.py": [
         ("def run_step(self, get_batch: Callable):",
          "def run_step(self, get_batch: Callable, input_placement_device: str = \"cuda\"):"),
         ("get_batch(data, getattr(self.data_loader, \"mixup_func\", None))",
          "get_batch(data, input_placement_device, getattr(self.data_loader, \"mixup_func\", None))"),
     ]},
-    "MAE": {"train_net.py": [("    flow.cuda.manual_seed(seed_for_rank)\n", "")]},
+    "MAE": {"train_net.py": [IMPORT, APPLY_PATCHES, ("    flow.cuda.manual_seed(seed_for_rank)\n", "")]},
 }
 ADOPTED_SUFFIX = "_libai_ext.py"
 
