@@ -593,3 +593,19 @@ def test_bad_randomness_stops_every_rank(repo_root, tmp_path):
     result = launch(os.path.join(repo_root, "tools", "train_net.py"), 2, args, timeout=300, check=False,
                     workdir=str(tmp_path / "logs"), stop_on_failure=False)
     assert_refused_without_hang(result, "train.randomness='exact' is not one of")
+
+
+@pytest.mark.parametrize("mode", ["layout_invariant", "fast"])
+def test_a_batch_holding_each_sample_twice_draws_two_masks_per_sample(mode):
+    """LiBai's SimCSE (unsupervised) puts each sentence twice in one batch and needs dropout to give the two
+    copies different masks: rows are keyed by their position, not by their values."""
+    from libai_ext.layers import Dropout
+    from libai_ext.random.draws import drawing_step
+
+    d = Dropout(0.5, randomness=mode).train()
+    d.stream = "simcse"
+    x = _one_rank_global(flow.ones(4, 16).repeat_interleave(2, dim=0))  # rows 2i and 2i+1: sample i twice
+    with drawing_step(0):
+        kept = d(x).numpy() != 0
+    for i in range(4):
+        assert not np.array_equal(kept[2 * i], kept[2 * i + 1]), f"sample {i}'s two copies drew one mask"
