@@ -209,3 +209,27 @@ def test_pipeline_parallelism_is_refused_naming_the_module(projects, tmp_path, p
     for rank in range(2):
         log = result.log(rank)
         assert "StagesMixed: the model's forward combines tensors of two pipeline stages in " in log, log[-3000:]
+
+
+@pytest.mark.long
+def test_check_equivalence_names_stocks_first_difference_in_mocos_own_script(projects, tmp_path, monkeypatch):
+    """``libai-ext-check-equivalence --script``: MoCo's script (stock, then with the adoption) on 1 rank and dp2."""
+    from conftest import check_equivalence
+
+    imagenet = ensure_digits_imagenet(str(tmp_path / "imagenet"))
+    monkeypatch.syspath_prepend(TORCH_STAND_IN)  # the tool loads the config, which imports the project's modules
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [TORCH_STAND_IN, os.environ.get("PYTHONPATH")])))
+    sized = [o for o in overrides("MOCOV3", imagenet, 2) if not o.startswith(
+        ("train.dist.", "train.train_micro_batch_size", "train.num_accumulation_steps", "train.train_iter"))]
+    scripts = {"stock": stock_copy(projects["MOCOV3"], "MOCOV3", str(tmp_path / "stock-MOCOV3")),
+               "plugin": adopt(projects["MOCOV3"], "MOCOV3")}
+    found = {}
+    for name, script in scripts.items():
+        monkeypatch.chdir(os.path.dirname(script))
+        argv = ["--script", script, "--config-file", CONFIGS["MOCOV3"], "--layouts", "1", "dp2", "--iters", "2",
+                "--global-batch", str(8), "--rtol", str(RTOL), "--workdir", str(tmp_path / name), *sized]
+        found[name] = check_equivalence(argv, ["moco_pretrain"], ["dp2"])
+    status, tables, _ = found["stock"]
+    assert status == 1 and "iteration 0, forward: batch.images differs" in tables["moco_pretrain"]["dp2"][-1], tables
+    status, tables, text = found["plugin"]
+    assert status == 0 and tables["moco_pretrain"]["dp2"][-1] == "-", text

@@ -191,8 +191,8 @@ def run_layout(args, name, sizes, global_batches, position, total):
     from ..testing import MultiRankError, launch
 
     outputs = {config: os.path.join(args.workdir, name, config_name(config)) for config in args.config_file}
-    runs = [{"config_file": config, "opts": [*args.opts, *layout_overrides(sizes, global_batches[config], args.iters,
-                                                                         outputs[config])]}
+    runs = [{"config_file": config, "script": args.script,
+             "opts": [*args.opts, *layout_overrides(sizes, global_batches[config], args.iters, outputs[config])]}
             for config in args.config_file]
     os.makedirs(os.path.join(args.workdir, name), exist_ok=True)
     runs_file = os.path.join(args.workdir, name, "runs.json")
@@ -413,8 +413,32 @@ def rank_main(argv):
     with open(argv[0]) as f:
         runs = json.load(f)
     for run in runs:
-        run_config(train_net_args(["--config-file", run["config_file"], *run["opts"]]))
+        if run.get("script"):
+            run_script(run)
+        else:
+            run_config(train_net_args(["--config-file", run["config_file"], *run["opts"]]))
     return 0
+
+
+def run_script(run):
+    """A project's own training script, as ``python <script> --config-file <config> <overrides>`` run from its
+    folder, with every trainer it trains recording its losses and modules."""
+    import runpy
+
+    from ..engine import launch as train_net
+    from ..engine.module_recorder import record_every_trainer
+
+    def main():
+        record_every_trainer()
+        sys.path.insert(0, os.path.dirname(run["script"]))
+        sys.argv = [run["script"], "--config-file", run["config_file"], *run["opts"]]
+        try:
+            runpy.run_path(run["script"], run_name="__main__")
+        except SystemExit as e:
+            if e.code:
+                raise
+
+    train_net.exit_on_error(main)
 
 
 def run_config(args):
@@ -452,6 +476,10 @@ def build_parser():
                              "data_parallel_size x accumulation steps)")
     parser.add_argument("--timeout", type=float, default=600, metavar="SECONDS",
                         help="hard limit per layout run; its ranks are killed after it (default: %(default)g)")
+    parser.add_argument("--script", default="", metavar="FILE",
+                        help="a project's own training script (LiBai's command line: --config-file and overrides, "
+                             "as LiBai's projects take it), run on each rank instead of libai-ext-train, its folder "
+                             "first on the module path; run the tool from where the script is run (default: none)")
     parser.add_argument("--workdir", default="", metavar="DIR",
                         help="where each layout's run and logs are written (default: a new temporary folder)")
     parser.add_argument("--plot", default="", metavar="PNG",
@@ -468,6 +496,10 @@ def parse_args(argv):
         parser.error("--iters must be at least 1")
     require_files(parser, "--config-file", args.config_file)
     args.config_file = [os.path.abspath(config) for config in args.config_file]
+    if args.script:
+        require_files(parser, "--script", [args.script])
+        args.script = os.path.abspath(args.script)
+        sys.path.insert(0, os.path.dirname(args.script))  # the config may import the project's modules
     if len(set(map(config_name, args.config_file))) < len(args.config_file):
         parser.error("--config-file: two configs share a file name (their runs would share a folder)")
     return args

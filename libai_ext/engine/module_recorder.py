@@ -158,3 +158,31 @@ def read_records(output_dir):
     for records in by_iteration.values():
         records.sort(key=lambda r: r["seq"])
     return by_iteration
+
+
+def record_every_trainer():
+    """From now on, every LiBai trainer this process trains (``DefaultTrainer`` or a subclass, whatever script built
+    it: ``libai-ext-check-equivalence --script``) writes its raw losses and, in eager mode, a ``ModuleRecorder``'s
+    records into its output folder, as ``libai-ext-train``'s runs under the tool do."""
+    from libai.engine import DefaultTrainer
+
+    from ..compat.patching import replace
+    from .hooks import RawLossWriter
+
+    train = DefaultTrainer.train
+
+    def recorded_train(self):
+        if not getattr(self, "_libai_ext_recorded", False):
+            self._libai_ext_recorded = True
+            output_dir = self.cfg.train.output_dir
+            if not any(isinstance(hook, RawLossWriter) for hook in self._hooks):
+                self.register_hooks([RawLossWriter(output_dir)])
+            if not self.cfg.graph.enabled:  # graph modules cannot take eager hooks: losses only
+                recorder = ModuleRecorder(output_dir)
+                get_batch = self.get_batch
+                self.get_batch = lambda *args, **kwargs: recorder.record_batch(get_batch(*args, **kwargs))
+                recorder.attach(self)
+        return train(self)
+
+    replace(DefaultTrainer, "train", recorded_train,
+            "libai-ext-check-equivalence --script: the trainers a project's script builds record their modules")
