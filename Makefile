@@ -87,8 +87,8 @@ test: setup
 test-all: setup
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
-# For a person with GPUs (under 10 minutes): libai_ext's CUDA paths on this machine, one table row per check.
-# Refuses with exit code 2 where OneFlow sees no GPU.
+# For a person with GPUs: libai_ext's CUDA paths on this machine, one table row per check (its rows and its
+# time limit: tools/gpu_check.py --help, docs/tools.md). Refuses with exit code 2 where OneFlow sees no GPU.
 .PHONY: gpu-check
 gpu-check: setup
 	$(PY) tools/gpu_check.py
