@@ -409,8 +409,8 @@ def visible_cuda_devices():
 def build_parser():
     parser = ToolParser(description=DESCRIPTION, epilog=epilog(exit_codes=EXIT_CODES, examples=EXAMPLES))
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
-                        help="where the checks run: cuda (1 GPU runs masks and resume, 2 or more every check) "
-                             "or cpu (2 CPU ranks, every check: the code paths only) (default: %(default)s)")
+                        help="where the checks run: cuda (1 GPU runs the rows that need 1 GPU, 2 or more every row) "
+                             "or cpu (2 CPU ranks, every row: the code paths only) (default: %(default)s)")
     parser.add_argument("--workdir", default="output", metavar="DIR",
                         help="a fresh folder is made inside for the runs and their logs (default: %(default)s)")
     parser.add_argument("--repo", default="", metavar="DIR",
