@@ -19,6 +19,8 @@ RESUME_K = 4
 # on small sizes and report the ratios.
 MASK_TIME_TARGET, MASK_PEAK_TARGET, MASK_HELD_TARGET, STEP_TARGET = 1.5, 1.25, 1.01, 1.05  # held: 1 % rounding
 MASK_DTYPES = ("float32", "float16", "bfloat16")
+COST_SIZES = {"cuda": dict(mask_log2=24, step_iters=30, step_warmup=10, step_repeats=2),
+              "cpu": dict(mask_log2=16, step_iters=5, step_warmup=2, step_repeats=1)}
 
 # Every check, in the order it runs: (row name, GPUs it needs at least, what passes). The help, the run
 # plan and docs/tools.md's table (tests/test_docs.py) all read this one table.
@@ -26,12 +28,14 @@ CHECKS = (
     ("masks", 1, "`libai_ext.layers` masks (the counter-based values, `Dropout`, `DropPath`) drawn on CUDA "
                  "equal the CPU ones bit for bit"),
     ("mask cost", 1, "the layout-invariant mask (OneFlow int32 ops, the path GPUs and graphs take) against "
-                     "OneFlow's own dropout (`flow._C.dropout`) on a 2**24-element tensor in "
+                     "OneFlow's own dropout (`flow._C.dropout`) on a "
+                     f"2**{COST_SIZES['cuda']['mask_log2']}-element tensor in "
                      f"{', '.join(MASK_DTYPES)}: within {MASK_TIME_TARGET}x the time and {MASK_PEAK_TARGET}x "
                      "the peak memory of a call, the memory held for backward within 1 %, the kept values "
                      "bit for bit"),
     ("graph step", 1, "LiBai's GPT-2 (`configs/libai_gpt2_cpu.py`) in graph mode, `ConsistentBatchTrainer` "
-                      "against LiBai's `DefaultTrainer` with the same graph, two interleaved runs each: within "
+                      "against LiBai's `DefaultTrainer` with the same graph, "
+                      f"{COST_SIZES['cuda']['step_repeats']} interleaved runs each: within "
                       f"{STEP_TARGET}x stock's median step (its text data need LiBai's source: "
                       "`$LIBAI_MAIN_ARCHIVE`)"),
     ("resume", 1, f"`configs/demo_pipeline_cpu.py` trains on 1 CUDA rank; a run stopped after iteration "
@@ -95,8 +99,6 @@ CHECKOUT_FILES = {"demo": os.path.join("configs", "demo_pipeline_cpu.py"),
                   "trainer_overhead": os.path.join("benchmarks", "trainer_overhead.py")}
 SIMULATED_GPUS = 8  # --device cpu: the generators check runs in a simulated 8-GPU host
 TRAIN_NET = module_target("libai_ext.cli.train_net")
-COST_SIZES = {"cuda": dict(mask_log2=24, step_iters=30, step_warmup=10, step_repeats=2),
-              "cpu": dict(mask_log2=16, step_iters=5, step_warmup=2, step_repeats=1)}
 
 _checkout = [checkout_root(tuple(CHECKOUT_FILES.values()))]
 
