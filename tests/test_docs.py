@@ -533,10 +533,15 @@ def history_words(text):
     return found
 
 
+def problems_on_every_page(check):
+    """``{page: what check(page's text) found}`` for the pages where it found something."""
+    found = {relative(page): check(read(page)) for page in doc_files()}
+    return {page: problems for page, problems in found.items() if problems}
+
+
 def test_no_page_tells_the_projects_history():
     """README.md and docs/*.md describe the software as it is; history goes to CHANGELOG.md."""
-    found = {relative(page): history_words(read(page)) for page in doc_files()}
-    assert {page: words for page, words in found.items() if words} == {}
+    assert problems_on_every_page(history_words) == {}
 
 
 def test_the_history_check_finds_history_and_passes_plain_text():
@@ -840,8 +845,7 @@ def checkout_files_in_installed_commands(text):
 
 
 def test_a_command_for_an_installed_package_reads_no_checkout_file():
-    found = {relative(p): checkout_files_in_installed_commands(read(p)) for p in doc_files()}
-    assert {page: f for page, f in found.items() if f} == {}
+    assert problems_on_every_page(checkout_files_in_installed_commands) == {}
 
 
 def column_problems(text):
@@ -860,8 +864,7 @@ def column_problems(text):
 
 
 def test_the_words_after_a_table_name_only_its_columns():
-    found = {relative(p): column_problems(read(p)) for p in doc_files()}
-    assert {page: f for page, f in found.items() if f} == {}
+    assert problems_on_every_page(column_problems) == {}
 
 
 def test_each_docs_check_catches_the_drift_it_is_for():
