@@ -34,7 +34,9 @@ LIBAI_MAIN_VENV ?= .venv-libai-main
 # projects (MoCo v3, MAE) run by their own scripts. One pytest
 # session runs the quick tier of these and of LIBAI_MAIN_LONG_TESTS, and the long tests of LIBAI_MAIN_LONG_TESTS
 # only (--long-tier-file): the fault matrix, preemption's cases, LiBai's whole model zoo on every layout against
-# 1 rank, one iteration of each of LiBai main's own configs and the MAE-style masking on every layout; a quick
+# 1 rank, one iteration of each of LiBai main's own configs, the MAE-style masking on every layout, the demo's
+# exact resume (plugin and stock), resume on another layout ((2,2,2) on 1 rank, and stock's) and first-stage-only
+# loading on (2,2,2); a quick
 # case whose run a long fixture of its file holds reads it there (the zoo's, the MAE masking's).
 LIBAI_MAIN_TESTS ?= tests/test_compat.py tests/test_environment.py tests/test_batch_errors.py \
   tests/test_pairing.py tests/test_stage0_loading.py tests/test_seeding.py tests/test_stochastic.py \
@@ -47,7 +49,8 @@ LIBAI_MAIN_TESTS ?= tests/test_compat.py tests/test_environment.py tests/test_ba
   tests/test_vocab_padding.py tests/test_libai_main_configs.py tests/test_random_ops.py tests/test_random_op_layouts.py \
   tests/test_libai_projects.py
 LIBAI_MAIN_LONG_TESTS ?= tests/test_checkpoint_faults.py tests/test_preemption.py tests/test_zoo_equivalence.py \
-  tests/test_libai_main_configs.py tests/test_random_op_layouts.py tests/test_libai_projects.py
+  tests/test_libai_main_configs.py tests/test_random_op_layouts.py tests/test_resume.py tests/test_elastic_resume.py \
+  tests/test_stage0_loading.py tests/test_libai_projects.py
 
 .PHONY: setup setup-libai-main demo test test-all test-libai-main clean-venv
 
@@ -89,8 +92,8 @@ test: setup
 test-all: setup
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
-# For a person with GPUs (under 10 minutes): libai_ext's CUDA paths on this machine, one table row per check.
-# Refuses with exit code 2 where OneFlow sees no GPU.
+# For a person with GPUs: libai_ext's CUDA paths on this machine, one table row per check (its rows and its
+# time limit: tools/gpu_check.py --help, docs/tools.md). Refuses with exit code 2 where OneFlow sees no GPU.
 .PHONY: gpu-check
 gpu-check: setup
 	$(PY) tools/gpu_check.py

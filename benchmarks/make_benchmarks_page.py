@@ -71,6 +71,20 @@ GROUPS = [
 ]
 OTHER = "Other measurements"
 
+# The figures other pages quote (the README's cost line), computed here from the tables of the results files:
+# (what, results files, the "trainer" a row must have, the column read). A quote gives the whole range of the
+# rows, never one of them; tests/test_docs.py checks that the README's ratios are these.
+SUMMARY_TITLE = "The figures the README quotes"
+SUMMARY = [
+    ("LiBai's GPT-2, a whole eager step on 8 CPU ranks at (dp, tp, pp) = (2, 2, 2), `layout_invariant` over stock",
+     ["trainer_overhead_gpt2_8ranks", "trainer_overhead_gpt2_8ranks_5repeats",
+      "trainer_overhead_gpt2_8ranks_10repeats_stock"], "layout_invariant", "step / stock"),
+    ("A graph-mode step of GPT-2, ViT and the demo on 1 CPU rank and on pp2 (a 2-stage pipeline), "
+     "`layout_invariant` over stock",
+     ["trainer_overhead_gpt2_graph", "trainer_overhead_vit_graph", "trainer_overhead_demo_graph"],
+     "layout_invariant", "step / stock"),
+]
+
 INTRO = """\
 # Measurements
 
@@ -154,6 +168,50 @@ def section(result):
             f"{demoted(result['body'], 2)}\n")
 
 
+def table_rows(body):
+    """``[{header: cell}]`` of every row of every markdown table in ``body``."""
+    rows, header = [], None
+    for line in body.split("\n"):
+        if not line.startswith("|"):
+            header = None
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if header is None:
+            header = cells
+        elif not all(set(c) <= set("-: ") for c in cells):
+            rows.append(dict(zip(header, cells)))
+    return rows
+
+
+def summary_range(results, files, trainer, column):
+    """``(low, high, rows)`` of ``column`` over the rows of ``trainer`` in ``files``; names a file that lacks them."""
+    values = []
+    for name in files:
+        if name not in results:
+            raise ResultsFileError(f"{os.path.join(RESULTS, name)}.md: missing (the page's summary reads it)")
+        found = [float(row[column]) for row in table_rows(results[name]["body"])
+                 if row.get("trainer") == trainer and re.fullmatch(r"[\d.]+", row.get(column, ""))]
+        if not found:
+            raise ResultsFileError(f"{os.path.join(RESULTS, name)}.md: no row of trainer {trainer!r} with a "
+                                   f"{column!r} value (the page's summary reads it)")
+        values += found
+    return min(values), max(values), len(values)
+
+
+def summary(results):
+    lines = [f"## {SUMMARY_TITLE}", "",
+             textwrap.fill("Computed by this page's script from the tables below: the lowest and highest ratio of "
+                           "every row of the comparison, over every run. Quote the range, not one run.", WIDTH), "",
+             "| comparison | range | rows | files |", "|---|---|---|---|"]
+    for what, files, trainer, column in SUMMARY:
+        if not any(name in results for name in files):
+            continue  # a results folder without this comparison (a partial copy)
+        low, high, count = summary_range(results, files, trainer, column)
+        links = ", ".join(f"[{n}](#{slug(results[n]['title'])})" for n in files)
+        lines.append(f"| {what} | {low:.3f}-{high:.3f}x | {count} | {links} |")
+    return "\n".join(lines) + "\n" if len(lines) > 5 else ""
+
+
 def slug(heading):
     """GitHub's id of a heading (as tests/test_docs.py computes it)."""
     text = heading.replace("`", "").replace("*", "").strip().lower()
@@ -174,7 +232,10 @@ def render(root=ROOT):
     contents = "\n".join(f"- [{title}](#{slug(title)})\n"
                          + "\n".join(f"  - [{r['title']}](#{slug(r['title'])})" for r in files)
                          for title, _, files in grouped)
-    parts = [INTRO.format(this=THIS), contents + "\n"]
+    quoted = summary(results)
+    if quoted:
+        contents = f"- [{SUMMARY_TITLE}](#{slug(SUMMARY_TITLE)})\n" + contents
+    parts = [INTRO.format(this=THIS), contents + "\n"] + ([quoted] if quoted else [])
     for title, intro, files in grouped:
         parts.append(f"## {title}\n\n{textwrap.fill(intro, WIDTH, break_on_hyphens=False)}\n")
         parts += [section(r) for r in files]

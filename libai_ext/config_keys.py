@@ -61,7 +61,7 @@ KEYS = (
     ConfigKey("dataloader.train.sampler", "none", "a sampler of the config's own is kept, with a log line: the "
               "layout-invariant data order then does not apply", LIBAI),
     ConfigKey("dataloader.train.collate_fn", "LiBai's", 'probed once under "layout_invariant": a collate '
-              "function that draws random numbers is refused by name", LIBAI),
+              "function that draws random numbers is refused with an error that names it", LIBAI),
     ConfigKey("graph.global_mode", "none: off", "LiBai main's, handed by its build_graph to the train graph: "
               "libai_ext.engine.GraphBase traces it in OneFlow's global view when enabled (LiBai 0.1.1 ignores "
               "it)", LIBAI_MAIN),

@@ -374,8 +374,11 @@ def test_model_layer_keys_found_in_libai_style_configs():
     assert model_layer_keys(cfg) == {"model.depths": [2, 2, 6, 2], "model.cfg.hidden_layers": 12}
 
 
+@pytest.mark.long
 def test_fast_dev_run_after_overrides_and_the_layer_warning_on_two_ranks(tmp_path):
-    """One real run: pp2 with model.depth=2 under the demo's pipeline_num_layers=4, --fast-dev-run last."""
+    """One real run: pp2 with model.depth=2 under the demo's pipeline_num_layers=4, --fast-dev-run last.  Long
+    tier: the warning's text and the stage table are checked in the quick tier without a launch
+    (test_pipeline_layer_mismatch_message), and train_net's real 2-rank runs in tests/test_train_net.py."""
     from libai_ext.cli.common import module_target, rank_environ
     from libai_ext.testing import launch, read_raw_losses
 

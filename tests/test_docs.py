@@ -15,9 +15,16 @@
   makes of ``benchmarks/results/`` (every results file carrying its title, command and host);
 * no page tells the project's history or process: no work session, "on the way", internal targets, dates
   (CHANGELOG.md is the place for history, and is not checked);
-* the README: at most 150 lines, its sections in the order a LiBai user needs them, install, the one-line
-  change and the launch in its first 60 lines, the limits before line 120, none of the project's jargon, and
-  each figure it quotes in exactly one docs page.
+* the README: under 200 lines, its sections in the order a LiBai user needs them, install, the one-line
+  change, the launch through libai_ext's train_net, the three lines of a script of one's own, what "stock" means,
+  what is refused and the patch table's link in its first 60 lines, the limits before line 120, none of the
+  project's jargon, each figure it quotes in exactly one docs page, its cost ratios the measurement page's
+  computed ranges and its ``make test`` time the times table's;
+* one home per fact: the generated tables (config keys, gpu_check's rows, the test times) are what
+  ``benchmarks/make_docs_tables.py`` makes of their sources; no page states gpu_check's time limit, rows or a
+  default of a tool or config key other than the code's; no table appears on two pages; every libai_ext version
+  named exists; a command for an installed package reads no file of a checkout; the words after a table name
+  only columns it has.
 
 Quick: no OneFlow start-up except ``tools/make_text_data.py --help`` (that script imports it).
 """
@@ -533,10 +540,15 @@ def history_words(text):
     return found
 
 
+def problems_on_every_page(check):
+    """``{page: what check(page's text) found}`` for the pages where it found something."""
+    found = {relative(page): check(read(page)) for page in doc_files()}
+    return {page: problems for page, problems in found.items() if problems}
+
+
 def test_no_page_tells_the_projects_history():
     """README.md and docs/*.md describe the software as it is; history goes to CHANGELOG.md."""
-    found = {relative(page): history_words(read(page)) for page in doc_files()}
-    assert {page: words for page, words in found.items() if words} == {}
+    assert problems_on_every_page(history_words) == {}
 
 
 def test_the_history_check_finds_history_and_passes_plain_text():
@@ -554,18 +566,24 @@ def test_the_history_check_finds_history_and_passes_plain_text():
 
 # --- the README ---------------------------------------------------------------------------------
 
-README_MAX_LINES = 150
+README_MAX_LINES = 199
 # What a reader new to the project must find, and the last line it may start on.
 README_LANDMARKS = {
     "the install section": (re.compile(r"^## Install\b", re.M), 60),
     "the one-line change": (re.compile(r'^train\.trainer = "libai_ext\.ConsistentBatchTrainer"', re.M), 60),
-    "the launch": (re.compile(r"^python -m oneflow\.distributed\.launch --nproc_per_node \d+ ", re.M), 60),
+    "the launch": (re.compile(r"^python -m oneflow\.distributed\.launch --nproc_per_node \d+ .*-m libai_ext\.cli\.train_net",
+                              re.M), 60),
+    "the three lines of a script of one's own": (re.compile(r"^libai_ext\.seed_from_config\(cfg\)", re.M), 60),
+    "what stock means": (re.compile(r"\*\*\"Stock\"\*\* in these pages is LiBai's `DefaultTrainer`", re.M), 60),
+    "what is refused": (re.compile(r"\*\*Refused\*\*", re.M), 60),
+    "the patch table": (re.compile(r"docs/architecture\.md#patches"), 60),
     "the limits": (re.compile(r"^## Limits\b", re.M), 119),
 }
 # The README's sections, in the order a LiBai user needs them (words each heading holds).
-README_SECTIONS = ["fixes", "adds on each LiBai line", "Install", "one line", "test", "guarantees", "Limits"]
-README_JARGON = re.compile(r"\bthis project\b|\bquick tier\b|\bfault matrix\b|\bS\(0\)|\bC loop\b|\bSM count\b",
-                           re.I)
+README_SECTIONS = ["fixes", "Install", "one line", "test", "guarantees", "Limits"]
+README_JARGON = re.compile(r"\bthis project\b|\bquick tier\b|\bfault matrix\b|\bS\(0\)|\bC loop\b|\bSM count\b|"
+                           r"\bpart(?:s|ing)? (?:at|from)\b|\brefused by name\b|\bseeded per shard\b|"
+                           r"\bcounter-based permutation\b|\bthe shard the first stage holds\b", re.I)
 # A figure: a decimal number (6.4e-7, 1.035, 10.4); versions and addresses (0.1.1, 10.0.0.1) and the versions
 # named after a package or a licence (Python 3.10, Apache-2.0) are not figures.
 FIGURE = re.compile(r"(?<![\w.])(\d+\.\d+(?:e-?\d+)?)(?![\w.]*\d)")
@@ -600,7 +618,7 @@ def test_the_readme_gives_a_libai_user_what_they_need_first():
 
 def test_the_readme_check_finds_a_late_launch_a_missing_section_and_jargon():
     text = read(os.path.join(ROOT, "README.md"))
-    late = text.replace("## What it fixes\n", "## What it fixes\n" + "\n" * 12, 1)
+    late = text.replace("## What it fixes\n", "## What it fixes\n" + "\n" * 30, 1)
     assert [p for p in readme_problems(late) if p.startswith(("the launch", "the one-line change"))] != []
     assert any("out of order" in p for p in readme_problems(text.replace("## Limits", "## Caveats")))
     assert readme_problems(text + "\nMeasured on this project's quick tier.\n")[-2:] == \
@@ -619,3 +637,270 @@ def test_every_figure_of_the_readme_lives_in_exactly_one_docs_page():
     homes = {f: sorted(name for name, text in pages.items()
                        if re.search(rf"(?<![\w.]){re.escape(f)}(?![\w.]*\d)", text)) for f in figures}
     assert {f: where for f, where in homes.items() if len(where) != 1} == {}
+
+
+# --- one home per fact: the code's constants, the generated tables, the measurements page ---------
+
+def make_docs_tables():
+    spec = importlib.util.spec_from_file_location("make_docs_tables", os.path.join(ROOT, "benchmarks",
+                                                                     "make_docs_tables.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_generated_tables_are_up_to_date():
+    """docs/config-keys.md, tools.md's gpu_check rows and testing.md's times are what their sources make."""
+    stale = [page for page, (current, new) in make_docs_tables().rendered_pages().items() if current != new]
+    assert stale == [], "out of date: run python benchmarks/make_docs_tables.py"
+
+
+def gpu_check_module():
+    return importlib.import_module("libai_ext.cli.gpu_check")
+
+
+MINUTES = re.compile(r"(\d+(?:\.\d+)?)\s*(?:-|to\s+)?\s*(?:\d+\s*)?min(?:ute)?s?\b")
+GPU_CHECK = re.compile(r"gpu[-_]check")
+
+
+def paragraphs(text):
+    return [p for p in re.split(r"\n\s*\n", text) if p.strip()]
+
+
+def gpu_check_problems(pages, budget_s, row_names):
+    """``["page: what"]`` where ``pages`` ({name: text}) state gpu_check's time other than its budget, list rows
+    other than its own outside the generated block, or say it leaves out a row it has (graph mode)."""
+    problems = []
+    budget = f"{budget_s / 60:g}"
+    generated = re.compile(r"<!-- generated by benchmarks/make_docs_tables.py: gpu-check -->.*?<!-- end of generated block: "
+                           r"gpu-check -->", re.S)
+    for name, text in pages.items():
+        outside = generated.sub("", text)
+        for paragraph in paragraphs(outside):
+            if not GPU_CHECK.search(paragraph):
+                continue
+            for minutes in MINUTES.findall(paragraph):
+                if minutes != budget:
+                    problems.append(f"{name}: gpu-check said to take {minutes} minutes; its budget is {budget}")
+            if any("graph" in row for row in row_names) and re.search(
+                    r"graph[^.]*(?:does not|doesn't|not) cover|not cover[^.]*graph|graph[^.]*untested", paragraph,
+                    re.I):
+                problems.append(f"{name}: says gpu-check leaves out graph mode; its rows include "
+                                f"{[r for r in row_names if 'graph' in r]}")
+        for table in tables(outside):
+            first = [row[0].strip("` ") for row in table["rows"]]
+            if len(first) >= 2 and set(first) <= set(row_names):
+                problems.append(f"{name}: a table of gpu-check rows {first} outside the generated block")
+    return problems
+
+
+def test_every_page_states_gpu_checks_budget_and_rows_as_the_tool_does():
+    module = gpu_check_module()
+    pages = {relative(p): read(p) for p in doc_files()}
+    pages["Makefile"] = read(os.path.join(ROOT, "Makefile"))
+    pages["gpu_check --help"] = module.build_parser().format_help()
+    names = [name for name, _, _ in module.CHECKS]
+    assert [name for name, _, _ in module.planned_checks(8)] == names, "CHECKS and the plan disagree"
+    assert gpu_check_problems(pages, module.TOTAL_BUDGET_S, names) == []
+
+
+def tables(text):
+    """``[{"header": [...], "rows": [[...]], "text": normalised rows}]`` of the markdown tables outside code."""
+    found, lines = [], FENCE.sub("", text).splitlines()
+    i = 0
+    while i < len(lines) - 1:
+        if lines[i].startswith("|") and re.fullmatch(r"\|[-:| ]+\|", lines[i + 1].strip()):
+            header = [c.strip() for c in lines[i].strip().strip("|").split("|")]
+            rows, i = [], i + 2
+            while i < len(lines) and lines[i].startswith("|"):
+                rows.append([c.strip() for c in lines[i].strip().strip("|").split("|")])
+                i += 1
+            found.append({"header": header, "rows": rows})
+        else:
+            i += 1
+    return found
+
+
+def duplicated_tables(pages):
+    """``["page a and page b: header"]`` for two tables with one header and at least half their rows equal."""
+    seen, problems = [], []
+    for name, text in pages.items():
+        for table in tables(text):
+            rows = {tuple(r) for r in table["rows"]}
+            for other, other_table in seen:
+                if other_table["header"] != table["header"] or other == name:
+                    continue
+                shared = rows & {tuple(r) for r in other_table["rows"]}
+                if rows and len(shared) * 2 >= min(len(rows), len(other_table["rows"])):
+                    problems.append(f"{other} and {name}: {' | '.join(table['header'])}")
+            seen.append((name, table))
+    return problems
+
+
+def test_no_table_appears_on_two_pages():
+    pages = {relative(p): read(p) for p in doc_files()}
+    assert duplicated_tables(pages) == []
+
+
+def option_defaults():
+    """``{"--option" or "config.key": default as text}`` from the tools' parsers and libai_ext/config_keys.py."""
+    from libai_ext import config_keys
+
+    defaults = {key.name: key.default for key in config_keys.KEYS}
+    for name in ("check_equivalence", "check_batch", "compare_runs", "gpu_check", "make_text_data", "print_run"):
+        parser = importlib.import_module(f"libai_ext.cli.{name}").build_parser()
+        for action in parser._actions:
+            if action.default not in (None, argparse_suppress()) and action.option_strings and action.nargs != 0:
+                for option in action.option_strings:
+                    if option.startswith("--"):
+                        defaults.setdefault(option, str(action.default))
+    return defaults
+
+
+def argparse_suppress():
+    import argparse
+
+    return argparse.SUPPRESS
+
+
+STATED_DEFAULT = re.compile(r"`((?:--|train\.|tokenization\.|graph\.|dataloader\.)[\w.-]+)`[^.;`]{0,40}?\(?default "
+                            r"(`[^`]+`|-?\d[\d.]*(?:e-?\d+)?|True|False|true|false|\"[^\"]*\")")
+
+
+def normalised(value):
+    value = value.strip().strip("`\"'").rstrip(".")
+    value = re.sub(r"\s*(s|seconds)$", "", value)
+    try:
+        return repr(float(value))
+    except ValueError:
+        return {"true": "True", "false": "False"}.get(value.lower(), value)
+
+
+def default_problems(pages, defaults):
+    problems = []
+    for name, text in pages.items():
+        for key, stated in STATED_DEFAULT.findall(prose_with_code(text)):
+            if key in defaults and normalised(stated) != normalised(defaults[key].split(":")[0]):
+                problems.append(f"{name}: {key} default {stated}, the code's is {defaults[key]}")
+    return problems
+
+
+def prose_with_code(text):
+    return FENCE.sub("", text)
+
+
+def test_every_default_a_page_states_is_the_codes():
+    pages = {relative(p): read(p) for p in doc_files()}
+    defaults = option_defaults()
+    assert {"--timeout", "--rtol", "train.preemption.grace_s"} <= set(defaults)
+    assert default_problems(pages, defaults) == []
+
+
+def readme_ratios(text):
+    return sorted(set(re.findall(r"(?<![\w.])(\d+\.\d+(?:-\d+\.\d+)?)x\b", prose(text))))
+
+
+def summary_ranges(benchmarks_text):
+    section = benchmarks_text.split("## The figures the README quotes", 1)[1].split("\n## ", 1)[0]
+    return {row[1].removesuffix("x") for row in tables(section)[0]["rows"]}
+
+
+def test_the_readmes_cost_ratios_are_the_measurement_pages_ranges():
+    """A README ratio is a whole range of docs/benchmarks.md's summary, never one run of it."""
+    ranges = summary_ranges(read(os.path.join(ROOT, "docs", "benchmarks.md")))
+    ratios = readme_ratios(read(os.path.join(ROOT, "README.md")))
+    assert ratios, "no cost ratio found in README.md"
+    assert [r for r in ratios if r not in ranges] == [], f"the summary's ranges: {sorted(ranges)}"
+
+
+def make_test_minutes_stated(text):
+    return re.findall(r"`make test`[^.]{0,60}?(\d+(?:\.\d+)?) minutes", prose_with_code(text))
+
+
+def test_the_test_times_stated_are_the_times_table():
+    import json
+
+    with open(os.path.join(ROOT, "benchmarks", "results", "test_times.json"), encoding="utf-8") as f:
+        runs = {run["command"]: run for run in json.load(f)["runs"]}
+    measured = f"{runs['make test']['minutes']:.1f}"
+    stated = {relative(p): make_test_minutes_stated(read(p)) for p in doc_files()}
+    assert stated["README.md"], "README.md does not say how long make test takes"
+    assert {page: m for page, m in stated.items() if any(x != measured for x in m)} == {}
+    counted = re.compile(r"\b\d[\d,]* tests of `make test`|`make test`[^.]{0,30}\b\d[\d,]* tests\b")
+    assert [relative(p) for p in doc_files() if counted.search(prose(read(p)))] == [], \
+        "a test count of make test outside docs/testing.md's generated table"
+
+
+def test_every_version_named_is_a_version_of_the_changelog():
+    import libai_ext
+
+    versions = set(re.findall(r"^## (\d+\.\d+\.\d+)", read(os.path.join(ROOT, "CHANGELOG.md")), re.M))
+    versions.add(libai_ext.__version__)
+    named = {(relative(p), v) for p in doc_files() for v in re.findall(r"libai_ext (\d+(?:\.\d+)+)\b", read(p))}
+    assert {(page, v) for page, v in named if v not in versions} == set()
+
+
+def checkout_files_in_installed_commands(text):
+    """Commands labelled as needing no checkout that still read a file of the checkout."""
+    found = []
+    for language, body in code_blocks(text):
+        lines = body.replace("\\\n", " ").splitlines()
+        for comment, command in zip(lines, lines[1:]):
+            if comment.lstrip().startswith("#") and "no checkout" in comment and re.search(
+                    r"(?<![\w/])(?:configs|tools|tests)/", command):
+                found.append(command.strip())
+    return found
+
+
+def test_a_command_for_an_installed_package_reads_no_checkout_file():
+    assert problems_on_every_page(checkout_files_in_installed_commands) == {}
+
+
+def column_problems(text):
+    """A paragraph right after a table that names a per-run column ("the best of each run") the table lacks."""
+    problems = []
+    lines = FENCE.sub("", text).split("\n")
+    for table in tables(text):
+        header = " ".join(table["header"]).lower()
+        start = next(i for i, line in enumerate(lines) if line.startswith("|") and
+                     [c.strip() for c in line.strip().strip("|").split("|")] == table["header"])
+        after = "\n".join(lines[start + 2 + len(table["rows"]):]).lstrip("\n").split("\n\n", 1)[0]
+        for word in re.findall(r"\bthe (best|worst|mean|median|final|last) of each run\b", after, re.I):
+            if word.lower() not in header:
+                problems.append(f"'{word} of each run' named after a table without such a column: {header[:80]}")
+    return problems
+
+
+def test_the_words_after_a_table_name_only_its_columns():
+    assert problems_on_every_page(column_problems) == {}
+
+
+def test_each_docs_check_catches_the_drift_it_is_for():
+    """The checks above, on the drifts they exist for: each is found."""
+    names = ["masks", "mask cost", "graph step", "resume", "generators", "pairing", "guard"]
+    old = {"tools.md": "For a machine with GPUs. `make gpu-check` prints one row per check, in about 5 minutes; the "
+                       "whole check stops after 9 minutes:\n\n| check | GPUs | what passes |\n|---|---|---|\n"
+                       "| masks | 1 | x |\n| resume | 1 | x |\n| pairing | 2 | x |\n| guard | 2 | x |\n",
+           "usage.md": "Graph mode on GPUs is untested here (`make gpu-check` does not cover it).\n",
+           "Makefile": "# For a person with GPUs (under 10 minutes): gpu-check\n"}
+    found = gpu_check_problems(old, 900, names)
+    assert any("5 minutes" in p for p in found) and any("9 minutes" in p for p in found)
+    assert any("10 minutes" in p for p in found) and any("graph mode" in p for p in found)
+    assert any("outside the generated block" in p for p in found)
+    assert gpu_check_problems({"ok": "`make gpu-check` stops after 15 minutes."}, 900, names) == []
+
+    keys = "| key | default | what it does |\n|---|---|---|\n| `a` | `1` | x |\n| `b` | `2` | y |\n"
+    assert duplicated_tables({"usage.md": keys, "checkpoints.md": keys.replace("| y |", "| z |")}) != []
+    assert duplicated_tables({"a.md": keys, "b.md": keys.replace("`1`", "`3`").replace("`2`", "`4`")}) == []
+
+    assert default_problems({"x.md": "`--timeout`, default 300 s; `train.preemption.grace_s` (default 25)"},
+                            {"--timeout": "600", "train.preemption.grace_s": "25"}) == \
+        ["x.md: --timeout default 300, the code's is 600"]
+    assert readme_ratios("takes 1.035x the step, and 0.946-1.038x in graph mode") == ["0.946-1.038", "1.035"]
+    assert make_test_minutes_stated("On a 2-core machine `make test` takes about 14 minutes") == ["14"]
+    assert re.search(r"\b\d[\d,]* tests of `make test`", "The 645 tests of `make test` ran in 10.7 minutes")
+    assert checkout_files_in_installed_commands(
+        "```\n# installed package, no checkout\npython -m libai_ext.cli.train_net --config-file configs/a.py\n```")
+    assert column_problems("| run | top-1 |\n|---|---|\n| a | 1 |\n\nTop-1 at 90, and the best of each run.\n")
+    assert re.findall(r"libai_ext (\d+(?:\.\d+)+)\b", "from libai_ext 0.1 (stock)") == ["0.1"]
+    assert README_JARGON.search("stock LiBai parts at iteration 0")

@@ -587,7 +587,9 @@ def test_one_rank_reference_copies_follow_and_late_parameters_are_named():
     assert warned["raised"] is None and len(warned["warnings"]) == 1 and "lazy_scale" in warned["warnings"][0]
 
 
-@pytest.mark.long  # the quick tier: LiBai's models on tp2 and dp2 x pp2 in tests/test_zoo_equivalence.py
+# The quick tier: LiBai's TransformerLayer trained from the seed on tp2 and dp2 x pp2 in
+# tests/test_random_op_layouts.py (its losses equal 1 rank's only if its initial weights do).
+@pytest.mark.long
 @pytest.mark.parametrize("layout", FOUR_RANK_LAYOUTS[4])
 def test_initial_weights_from_the_seed_are_the_same_on_every_layout(layout):
     check_layout(4, FOUR_RANK_LAYOUTS[4], layout)

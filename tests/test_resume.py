@@ -25,10 +25,10 @@ def run(repo_root, output, data, trainer, *flags):
 
 
 
-# The quick tier shows stock's restart; the plugin's exact resume there: tests/test_checkpoint_faults.py and
-# tests/test_data_resume.py.
-@pytest.fixture(scope="module", params=[pytest.param(t, marks=pytest.mark.long) if t == "fixed" else t
-                                        for t in TRAINERS])
+# Long tier, both trainers: the quick tier resumes exactly in tests/test_checkpoint_faults.py and
+# tests/test_data_resume.py; stock's restart at the first sample is shown here and in tests/test_preemption.py's
+# long cases.
+@pytest.fixture(scope="module", params=[pytest.param(t, marks=pytest.mark.long) for t in TRAINERS])
 def resumed(request, repo_root, tmp_path_factory):
     output = tmp_path_factory.mktemp(request.param) / "out"
     data = tmp_path_factory.getbasetemp() / "digits"

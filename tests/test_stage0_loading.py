@@ -5,7 +5,9 @@ from conftest import rank_script, records_of_every_rank
 from libai_ext.testing import launch
 
 
-@pytest.mark.parametrize("layout", [(1, 1, 2), (2, 2, 2)], ids=["pp2", "dp2-tp2-pp2"])
+# (2, 2, 2) on 8 ranks in the long tier; pp2 holds the guarantee in the quick tier.
+@pytest.mark.parametrize("layout", [(1, 1, 2), pytest.param((2, 2, 2), marks=pytest.mark.long)],
+                         ids=["pp2", "dp2-tp2-pp2"])
 def test_stage0_only_batches_are_bit_identical(tmp_path, layout):
     dp, tp, pp = layout
     nproc = dp * tp * pp

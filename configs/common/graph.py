@@ -3,9 +3,10 @@ from omegaconf import DictConfig
 from libai.config import LazyCall
 from libai_ext.engine.graph import GraphBase
 
-# Eager by default; graph.enabled=True builds these.  libai_ext's GraphBase works on OneFlow 0.9.0
-# with LiBai 0.1.1 and main (LiBai 0.1.1's libai.models.utils.GraphBase does not, and main's needs
-# per-model set_pipeline_stage_id code; this one sets stages from each module's layer_idx).
+# Eager by default; graph.enabled=True builds these.  Any graph class may be named here: LiBai's own
+# libai.models.utils.GraphBase runs too, on both lines (libai_ext repairs 0.1.1's for OneFlow 0.9.0's
+# ProxyModule), but sets pipeline stages only through a model's own set_pipeline_stage_id; libai_ext's
+# GraphBase sets them from each module's layer_idx, so models without that code (the demo, the Swin) work.
 graph = DictConfig(dict(
     enabled=False,
     debug=-1,

@@ -17,8 +17,11 @@ train = DictConfig(dict(
     seed=1234,
     # "global": the same streams on every rank; see docs/randomness.md "Seeding scopes".
     seed_scope="global",
-    # Dropout/DropPath masks (libai_ext.layers): "layout_invariant" (the same masks on any layout)
-    # or "fast" (OneFlow's native kernel, seeded per shard); see docs/randomness.md.
+    # Every random number of training: "layout_invariant" draws initial weights, data order,
+    # augmentation, mixup, dropout and every other random op of a forward from the seed and global
+    # positions, the same on any layout; "fast" keeps LiBai's sampler, OneFlow's initialisation and
+    # OneFlow's own kernels, each seeded from the seed and the rank's shard: reproducible on one layout
+    # only.  See docs/randomness.md.
     randomness="layout_invariant",
     # Compare each field's local batch across the ranks that must agree: "off", "first" (one
     # small all-gather, once) or "every" step.  Works with stock DefaultTrainer too.

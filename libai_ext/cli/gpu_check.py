@@ -7,36 +7,68 @@ of libai_ext (the one this package was installed from, or ``--repo``).
 import os
 import sys
 import tempfile
+import textwrap
 import time
 
 from .common import ToolParser, checkout_root, epilog, module_target, rank_environ
 
-DESCRIPTION = """\
-Check libai_ext on this machine's GPUs (about 10 minutes; every launched job has a hard timeout,
-and the whole check stops after 15 minutes).  Prints one table row per check:
+TOTAL_BUDGET_S = 900  # the whole check stops after this, start-up included
+LAUNCH_TIMEOUT = 240  # one job; a GPU job of these takes well under a minute
+RESUME_K = 4
+# The cost targets (docs/benchmarks.md), checked on GPUs; on CPU ranks the rows run their code paths
+# on small sizes and report the ratios.
+MASK_TIME_TARGET, MASK_PEAK_TARGET, MASK_HELD_TARGET, STEP_TARGET = 1.5, 1.25, 1.01, 1.05  # held: 1 % rounding
+MASK_DTYPES = ("float32", "float16", "bfloat16")
+COST_SIZES = {"cuda": dict(mask_log2=24, step_iters=30, step_warmup=10, step_repeats=2),
+              "cpu": dict(mask_log2=16, step_iters=5, step_warmup=2, step_repeats=1)}
 
-on 1 GPU:
-  masks    libai_ext.layers masks (the counter-based values, Dropout, DropPath) drawn on CUDA
-           equal the CPU ones bit for bit;
-  mask cost  the layout-invariant mask (OneFlow int32 ops, the path GPUs and graphs take) against
-           OneFlow's own dropout (flow._C.dropout) on a 2**24-element tensor, float32, float16,
-           bfloat16: time and peak memory of a call, memory held for backward, and the kept values
-           bit for bit; PASS within 1.5x the time, 1.25x the peak and the held memory (1 %);
-  graph step  LiBai's GPT-2 (configs/libai_gpt2_cpu.py) in graph mode, ConsistentBatchTrainer
-           against LiBai's DefaultTrainer with the same graph, two interleaved runs each; PASS
-           within 1.05x stock's median step (its text data need LiBai's source: $LIBAI_MAIN_ARCHIVE);
-  resume   configs/demo_pipeline_cpu.py trains on 1 CUDA rank, and a run stopped after iteration
-           K-1 and resumed repeats the uninterrupted run's raw per-iteration losses exactly;
-  generators  on each rank (1, or 2 where there are 2 GPUs), seeding, random-state capture and
-           restore, keyed augmentation and "fast" dropout touch only the rank's own GPU, "fast"
-           dropout creates one generator per (device, stream) however many calls, and a random
-           draw on the GPU inside keyed augmentation is refused (every generator creation and
-           GPU call recorded);
-on 2 GPUs or more, also:
-  pairing  pp2 get_batch keeps images and mixed-up labels paired with ConsistentBatchTrainer,
-           and breaks them with stock LiBai 0.1.1's DefaultTrainer (the bug is seen);
-  guard    train.batch_check stops every rank of a stock LiBai 0.1.1 run with rank-dependent
-           augmentation, and passes ConsistentBatchTrainer's batches.
+# Every check, in the order it runs: (row name, GPUs it needs at least, what passes). The help, the run
+# plan and docs/tools.md's table (tests/test_docs.py) all read this one table.
+CHECKS = (
+    ("masks", 1, "`libai_ext.layers` masks (the counter-based values, `Dropout`, `DropPath`) drawn on CUDA "
+                 "equal the CPU ones bit for bit"),
+    ("mask cost", 1, "the layout-invariant mask (OneFlow int32 ops, the path GPUs and graphs take) against "
+                     "OneFlow's own dropout (`flow._C.dropout`) on a "
+                     f"2**{COST_SIZES['cuda']['mask_log2']}-element tensor in "
+                     f"{', '.join(MASK_DTYPES)}: within {MASK_TIME_TARGET}x the time and {MASK_PEAK_TARGET}x "
+                     "the peak memory of a call, the memory held for backward within 1 %, the kept values "
+                     "bit for bit"),
+    ("graph step", 1, "LiBai's GPT-2 (`configs/libai_gpt2_cpu.py`) in graph mode, `ConsistentBatchTrainer` "
+                      "against LiBai's `DefaultTrainer` with the same graph, "
+                      f"{COST_SIZES['cuda']['step_repeats']} interleaved runs each: within "
+                      f"{STEP_TARGET}x stock's median step (its text data need LiBai's source: "
+                      "`$LIBAI_MAIN_ARCHIVE`)"),
+    ("resume", 1, f"`configs/demo_pipeline_cpu.py` trains on 1 CUDA rank; a run stopped after iteration "
+                  f"{RESUME_K - 1} and resumed repeats the uninterrupted run's raw per-iteration losses exactly"),
+    ("generators", 1, "on each rank (1, or 2 where there are 2 GPUs): seeding, random-state capture and "
+                      "restore, keyed augmentation and \"fast\" dropout touch only the rank's own GPU; "
+                      "\"fast\" dropout creates one generator per (device, stream); a random draw on the GPU "
+                      "inside keyed augmentation is refused"),
+    ("pairing", 2, "pp2 (a 2-stage pipeline) `get_batch`: `ConsistentBatchTrainer` keeps images and mixed-up "
+                   "labels paired; stock `DefaultTrainer` pairs as its LiBai line does (0.1.1 breaks the "
+                   "mixed-up pairs, main keeps them)"),
+    ("guard", 2, "`train.batch_check` stops every rank of a stock LiBai 0.1.1 run with rank-dependent "
+                 "augmentation (passes stock main, whose fields all come from stage 0) and passes "
+                 "`ConsistentBatchTrainer`'s batches"),
+)
+
+
+def checks_help():
+    lines = []
+    for gpus in sorted({gpus for _, gpus, _ in CHECKS}):
+        lines.append("on 1 GPU:" if gpus == 1 else f"on {gpus} GPUs or more, also:")
+        for name, needed, what in CHECKS:
+            if needed == gpus:
+                lines.append(textwrap.fill(f"{name}: {what.replace('`', '')}", width=100,
+                                           initial_indent="  ", subsequent_indent="      "))
+    return "\n".join(lines)
+
+
+DESCRIPTION = f"""\
+Check libai_ext on this machine's GPUs.  Every launched job has a hard timeout of {LAUNCH_TIMEOUT} s,
+and the whole check stops after {TOTAL_BUDGET_S // 60} minutes.  Prints one table row per check:
+
+{checks_help()}
 
 It reads configs/ and tests/rank_scripts/ of a libai_ext checkout: the one this package is
 installed from (an editable install or a checkout run), else the working directory, or --repo."""
@@ -67,15 +99,6 @@ CHECKOUT_FILES = {"demo": os.path.join("configs", "demo_pipeline_cpu.py"),
                   "trainer_overhead": os.path.join("benchmarks", "trainer_overhead.py")}
 SIMULATED_GPUS = 8  # --device cpu: the generators check runs in a simulated 8-GPU host
 TRAIN_NET = module_target("libai_ext.cli.train_net")
-LAUNCH_TIMEOUT = 240  # one job; a GPU job of these takes well under a minute
-TOTAL_BUDGET_S = 900  # the whole check stays under 15 minutes, start-up included
-RESUME_K = 4
-# The cost targets (docs/benchmarks.md), checked on GPUs; on CPU ranks the rows run their code paths
-# on small sizes and report the ratios.
-MASK_TIME_TARGET, MASK_PEAK_TARGET, MASK_HELD_TARGET, STEP_TARGET = 1.5, 1.25, 1.01, 1.05  # held: 1 % rounding
-MASK_DTYPES = ("float32", "float16", "bfloat16")
-COST_SIZES = {"cuda": dict(mask_log2=24, step_iters=30, step_warmup=10, step_repeats=2),
-              "cpu": dict(mask_log2=16, step_iters=5, step_warmup=2, step_repeats=1)}
 
 _checkout = [checkout_root(tuple(CHECKOUT_FILES.values()))]
 
@@ -347,15 +370,15 @@ def check_guard(device, workdir):
 # --- driver -----------------------------------------------------------------------------------
 
 def planned_checks(gpus):
+    """``[(name, ranks, check)]`` of the rows of ``CHECKS`` that ``gpus`` devices allow, in its order."""
     generator_ranks = 2 if gpus >= 2 else 1
-    checks = [("masks", 1, lambda device, workdir: check_masks(device)),
-              ("mask cost", 1, lambda device, workdir: check_mask_cost(device)),
-              ("graph step", 1, check_graph_step), ("resume", 1, check_resume),
-              ("generators", generator_ranks,
-               lambda device, workdir: check_generators(device, workdir, generator_ranks))]
-    if gpus >= 2:
-        checks += [("pairing", 2, check_pairing), ("guard", 2, check_guard)]
-    return checks
+    functions = {"masks": (1, lambda device, workdir: check_masks(device)),
+                 "mask cost": (1, lambda device, workdir: check_mask_cost(device)),
+                 "graph step": (1, check_graph_step), "resume": (1, check_resume),
+                 "generators": (generator_ranks,
+                                lambda device, workdir: check_generators(device, workdir, generator_ranks)),
+                 "pairing": (2, check_pairing), "guard": (2, check_guard)}
+    return [(name, *functions[name]) for name, needed, _ in CHECKS if gpus >= needed]
 
 
 def run_checks(device, gpus, workdir):
@@ -388,8 +411,8 @@ def visible_cuda_devices():
 def build_parser():
     parser = ToolParser(description=DESCRIPTION, epilog=epilog(exit_codes=EXIT_CODES, examples=EXAMPLES))
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
-                        help="where the checks run: cuda (1 GPU runs masks and resume, 2 or more every check) "
-                             "or cpu (2 CPU ranks, every check: the code paths only) (default: %(default)s)")
+                        help="where the checks run: cuda (1 GPU runs the rows that need 1 GPU, 2 or more every row) "
+                             "or cpu (2 CPU ranks, every row: the code paths only) (default: %(default)s)")
     parser.add_argument("--workdir", default="output", metavar="DIR",
                         help="a fresh folder is made inside for the runs and their logs (default: %(default)s)")
     parser.add_argument("--repo", default="", metavar="DIR",
