@@ -22,6 +22,7 @@ sys.path.insert(0, ROOT)
 
 from benchmarks.mask_cost import STAGES  # noqa: E402
 from benchmarks.report import command_line, host  # noqa: E402
+from libai_ext.random.param_init import DEFAULT_REBUILD_LIMIT_GIB  # noqa: E402
 
 H, LAYERS, HEADS, SEQ, BATCH, VOCAB = 12288, 96, 96, 2048, 1536, 51200  # GPT-3 175B; vocabulary padded for tp 8
 DP, TP, PP = 32, 8, 4
@@ -144,20 +145,31 @@ Measured here (pickled as the checkpoints store them): one rank's random state (
 OneFlow's CPU generator, and the layout) is {rng_bytes:,} bytes; the data position of the global-order
 sampler is {position_bytes:,} bytes (rank 0's is the one read on resume). At {world:,} ranks: {rng_bytes * world / 2 ** 20:.1f} MiB
 of random state in total, one file per rank, beside about 2.1 TB of weights and optimizer state (175B
-parameters, float32 weights and two Adam moments). A GPU rank adds its CUDA generators' state (OneFlow sizes
-it by the GPU's number of multiprocessors), still kilobytes per rank.
+parameters, float32 weights and two Adam moments). A GPU rank also saves its CUDA generators' state, whose size
+OneFlow sets from the GPU (its random state is sized by the number of multiprocessors): not measured here, no GPU.
 
 ## Start-up at 1,024 ranks
 
-What libai_ext adds to a rank's start-up is the initial-weight re-draw above (its own shards, in parallel with
-every other rank) and, only for a model whose build discards a random draw (LiBai main's `RobertaEmbeddings`),
-a second build of the model on every rank (`param_init.untracked_reach`, called with `rebuild=` from
-`ConsistentBatchTrainer._build_with_seeded_init`): that doubles the build's time and holds two copies of the
-rank's parameters at once, so at 175B a rank that holds {params / 1e9:.2f} billion float32 parameters needs
-{2 * params * 4 / 2 ** 30:.0f} GiB of host or device memory during the check. No gather of a whole parameter
-happens at start-up: `param_init._sum_over_ranks` sums one integer per checked tensor over the ranks, and the
-digests it compares are each rank's own shards. GPT-style models (LiBai's GPT, BERT, T5, ViT, Swin) discard no
-draw and are built once.
+What libai_ext adds to a rank's start-up grows with the parameters *that rank* holds, never with the whole
+model, and with the number of ranks only through collectives of a few integers:
+
+- **The initial-weight re-draw** above: each rank its own shards, in parallel with every other rank. While the
+  model is built, the recorder of `random/init_recipes.py` keeps a copy of every drawn tensor to check its replay,
+  so the build's peak is about twice the rank's randomly initialised shards ({2 * params * 4 / 2 ** 30:.0f} GiB of float32
+  at {params / 1e9:.2f} billion parameters), plus the float64 temporaries of the largest shard being re-drawn.
+- **A second build** only for a model whose build discards a random draw (LiBai main's `RobertaEmbeddings`; GPT,
+  BERT, T5, ViT and Swin discard none): `param_init.untracked_reach`, called with `rebuild=` from
+  `ConsistentBatchTrainer._build_with_seeded_init`, builds the model again on every rank with other seeds to tell
+  a discarded draw from one that reached the model untracked, holding both builds' shards at once. It is bounded:
+  above `train.init_rebuild_limit_gib` (default {DEFAULT_REBUILD_LIMIT_GIB}) GiB of parameters and buffers on any rank the second
+  build is not made and the discarded draws are refused by name ([usage.md](usage.md#config-keys-libai_ext-reads));
+  a GPT-3 stage-0 rank at (32, 8, 4) holds {params * 4 / 2 ** 30:.0f} GiB, so such a model would be refused there unless
+  the limit is raised.
+- **No gather of a whole parameter.** The checks of `random/param_init.py` compare each rank's own shards and sum
+  one integer per re-drawn tensor over the ranks (`_sum_over_ranks`); the agreement flags of
+  `engine/agreement.py` gather one integer per rank ({world:,} at this layout).
+- **Not measured here:** the wall time of a 1,024-rank start-up, which OneFlow's own start-up (process group, the
+  placements of every stage) dominates on a small run; no host here launches that many ranks.
 """
 
 

@@ -38,7 +38,7 @@ from unittest import mock
 import numpy as np
 import oneflow as flow
 
-from ..random import counter_rng, counter_spec, forward_draws, global_index
+from ..random import counter_rng, counter_spec, forward_draws, global_index, param_init
 from ..random.counter_spec import MASK32
 
 SEED = 1234
@@ -431,6 +431,10 @@ def boundary_points(site, layout):
 # ---- the rank paths ----------------------------------------------------------------------------------
 
 def site_keys(site):
+    """The keys the runtime derives: a layer's draw of step ``STEP`` (``stream_keys``), or an initial weight's
+    first stream (``param_init.DrawKeys``: seed, "param_init", the tensor's name, stream 0)."""
+    if site.name.startswith("init "):
+        return counter_rng.derive_keys(SEED, param_init._STREAM, site.stream, 0)
     return counter_rng.stream_keys(SEED, site.stream, STEP, 0)
 
 
