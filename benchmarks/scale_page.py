@@ -170,6 +170,18 @@ model, and with the number of ranks only through collectives of a few integers:
   `engine/agreement.py` gather one integer per rank ({world:,} at this layout).
 - **Not measured here:** the wall time of a 1,024-rank start-up, which OneFlow's own start-up (process group, the
   placements of every stage) dominates on a small run; no host here launches that many ranks.
+
+## What a GPU changes
+
+- The masks' int32-op path runs on the GPU and is memory-bound: its share of a step above is a projection from
+  the op count and HBM bandwidth. `make gpu-check`'s `mask cost` row measures it against `flow._C.dropout`.
+- The same path computes indices past 2^32 with CUDA's int32 kernels: `make gpu-check`'s `simulation` row runs
+  `libai-ext-simulate-layout` on (4, 2, 2) with GPT-2 XL's shapes with its int32-op and global-op paths on the GPU.
+- The initial-weight re-draw and the recorder's copies live in device memory: the start-up peak above is
+  device memory on a GPU host.
+- The checkpointed random state gains the CUDA generators' state (not measured here).
+
+[tools.md](tools.md#gpu_check-what-only-a-gpu-runs) lists every row of `make gpu-check`; none has run on a GPU yet.
 """
 
 

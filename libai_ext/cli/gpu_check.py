@@ -18,6 +18,9 @@ and the whole check stops after 15 minutes).  Prints one table row per check:
 on 1 GPU:
   masks    libai_ext.layers masks (the counter-based values, Dropout, DropPath) drawn on CUDA
            equal the CPU ones bit for bit;
+  simulation  libai-ext-simulate-layout on (4, 2, 2) with GPT-2 XL's shapes, its int32-op and global-op
+           paths on the GPU: every simulated rank's masks and values equal the 1-rank draw, indices past
+           2**32 included;
   mask cost  the layout-invariant mask (OneFlow int32 ops, the path GPUs and graphs take) against
            OneFlow's own dropout (flow._C.dropout) on a 2**24-element tensor, float32, float16,
            bfloat16: time and peak memory of a call, memory held for backward, and the kept values
@@ -168,6 +171,18 @@ def check_masks(device):
 
 
 # --- cost against OneFlow's own dropout and stock LiBai ------------------------------------------
+
+def check_simulation(device):
+    """``libai-ext-simulate-layout`` on (4, 2, 2) with GPT-2 XL's shapes, its int32-op and global-op paths on
+    ``device``: every rank's masks and values equal the 1-rank draw, indices past 2**32 included."""
+    from ..testing import simulate_layout as sim
+
+    lines, findings = sim.simulate(sim.Layout(4, 2, 2, 2), sim.MODELS["gpt2-xl"], out=lambda line: None,
+                                   device=device)
+    expect(lines, "no draw site was simulated")
+    expect(not findings, str(findings[0]) if findings else "")
+    return f"{len(lines)} draw sites on 16 simulated ranks equal the 1-rank draw"
+
 
 def check_mask_cost(device):
     """The int-op mask path against ``flow._C.dropout`` on ``device``: time, peak and held memory per
@@ -349,6 +364,7 @@ def check_guard(device, workdir):
 def planned_checks(gpus):
     generator_ranks = 2 if gpus >= 2 else 1
     checks = [("masks", 1, lambda device, workdir: check_masks(device)),
+              ("simulation", 1, lambda device, workdir: check_simulation(device)),
               ("mask cost", 1, lambda device, workdir: check_mask_cost(device)),
               ("graph step", 1, check_graph_step), ("resume", 1, check_resume),
               ("generators", generator_ranks,

@@ -259,6 +259,7 @@ class SimulatedPlacement:
 
 
 _simulated_rank = [0]
+_device = ["cpu"]  # where the int32-op and global-op paths run (a GPU under ``make gpu-check``)
 
 
 @contextlib.contextmanager
@@ -274,7 +275,8 @@ def simulated_environment():
             return real_group_vector(shape, group, placement, sbp, device)
         size = int(np.prod([shape[d] for d in group], dtype=np.int64))
         (d,) = group  # every dimension alone (``singletons``)
-        return flow.tensor(placement.window[d], dtype=flow.int32 if size < 2 ** 31 else flow.int64)
+        return flow.tensor(placement.window[d], dtype=flow.int32 if size < 2 ** 31 else flow.int64,
+                           device=_device[0])
 
     class OneFlowPart:  # global_index's ``flow``: a local ``zeros`` of the window for a simulated placement
         def __getattr__(self, name):
@@ -283,7 +285,7 @@ def simulated_environment():
         @staticmethod
         def zeros(shape, dtype=None, placement=None, sbp=None, **kwargs):
             if isinstance(placement, SimulatedPlacement):
-                return flow.zeros([len(w) for w in placement.window], dtype=dtype)
+                return flow.zeros([len(w) for w in placement.window], dtype=dtype, device=_device[0])
             return flow.zeros(shape, dtype=dtype, placement=placement, sbp=sbp, **kwargs)
 
     def singletons(ndim, alone):
@@ -452,7 +454,7 @@ def eager_paths(site):
 
         def int_ops(shape, lo, hi, keys, rows):
             with mock.patch.object(counter_rng, "_counter_kernel", None):
-                return counter_rng.local_keep_mask(shape, lo, hi, keys, site.rate, "cpu", rows).numpy()
+                return counter_rng.local_keep_mask(shape, lo, hi, keys, site.rate, _device[0], rows).numpy()
         paths = {"eager host kernel": kernel, "eager int32 ops": int_ops}
         return paths if counter_rng._counter_kernel is not None else {"eager int32 ops": int_ops}
 
@@ -460,7 +462,7 @@ def eager_paths(site):
         return forward_draws.host_bits(shape, lo, hi, keys, rows).numpy().view(np.uint32)
 
     def int_ops(shape, lo, hi, keys, rows):
-        return counter_rng.local_counter_bits(shape, lo, hi, keys, "cpu", rows).numpy().view(np.uint32)
+        return counter_rng.local_counter_bits(shape, lo, hi, keys, _device[0], rows).numpy().view(np.uint32)
     return {"eager host": host, "eager int32 ops": int_ops}
 
 
@@ -712,12 +714,17 @@ def parse_layout(text, micro_batches):
     return Layout(dp, tp, pp, micro_batches)
 
 
-def simulate(layout, model=None, sites=(), mutate=None, out=print):
-    """Run the simulation; returns ``(lines, findings)``."""
+def simulate(layout, model=None, sites=(), mutate=None, out=print, device="cpu"):
+    """Run the simulation; returns ``(lines, findings)``.  ``device``: where the int32-op and global-op paths
+    run (the host kernel and the host's values run on the CPU)."""
     all_sites = (model_sites(model, layout) if model is not None else []) + list(sites)
     for site in all_sites:
         if site.stages is None:
             site.stages = tuple(range(layout.pp))
         if site.rows and site.shape[0] % layout.dp:
             raise ValueError(f"site {site.name}: dim 0 ({site.shape[0]}) is not divisible by dp {layout.dp}")
-    return Simulation(layout, all_sites, mutate).run(out)
+    _device[0] = device
+    try:
+        return Simulation(layout, all_sites, mutate).run(out)
+    finally:
+        _device[0] = "cpu"
