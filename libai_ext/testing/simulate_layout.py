@@ -489,18 +489,23 @@ class Finding:
 
 
 def _sample_boxes(sizes, rng):
-    """Local sub-boxes ``(lo, hi)`` of a box of ``sizes``: both corners, each edge, one random box."""
+    """Local sub-boxes ``(lo, hi)`` of a box of ``sizes``: ``(corners and a random box, edges)``; the edges take
+    the far end along one dim and the near end along the others."""
     lo_corner = [[0, min(2, n)] for n in sizes]
     hi_corner = [[max(0, n - 2), n] for n in sizes]
-    boxes = [lo_corner, hi_corner]
-    for d in range(len(sizes)):  # the far end along one dim, the near end along the others
+    start = [int(rng.integers(0, max(1, n - 1))) for n in sizes]
+    core = [lo_corner, hi_corner, [[a, min(a + 2, n)] for a, n in zip(start, sizes)]]
+    edges = []
+    for d in range(len(sizes)):
         box = [list(b) for b in lo_corner]
         box[d] = hi_corner[d]
-        boxes.append(box)
-    start = [int(rng.integers(0, max(1, n - 1))) for n in sizes]
-    boxes.append([[a, min(a + 2, n)] for a, n in zip(start, sizes)])
-    unique = {tuple(tuple(b) for b in box) for box in boxes}
-    return [([b[0] for b in box], [b[1] for b in box]) for box in sorted(unique)]
+        edges.append(box)
+
+    def boxes(chosen, skip=()):
+        unique = {tuple(tuple(b) for b in box) for box in chosen} - set(skip)
+        return [([b[0] for b in box], [b[1] for b in box]) for box in sorted(unique)]
+    core_boxes = boxes(core)
+    return core_boxes, boxes(edges, skip={tuple(tuple(b) for b in box) for box in core})
 
 
 def _window(sizes, rng):
@@ -538,11 +543,16 @@ class Simulation:
         rng = np.random.default_rng(hash((self.seed, site.name, rank, micro)) % 2 ** 32)
         lo = list(box[0])
         count = 0
-        local_boxes = _sample_boxes(sizes, rng) if points is None else \
-            [([a - t for a, t in zip(lo_p, true_box[0])], [b - t for b, t in zip(hi_p, true_box[0])])
-             for lo_p, hi_p in points]
+        if points is None:
+            core, edges = _sample_boxes(sizes, rng)
+        else:
+            core = [([a - t for a, t in zip(lo_p, true_box[0])], [b - t for b, t in zip(hi_p, true_box[0])])
+                    for lo_p, hi_p in points]
+            edges = []
         for path, compute in self._eager(site).items():
-            for q_lo, q_hi in local_boxes:
+            # The int32-op path costs tens of OneFlow ops a call: its edges are left to the host paths, which
+            # compute the same index terms (``global_index``) in one call each.
+            for q_lo, q_hi in core + (edges if "int32" not in path else []):
                 a = [l + q for l, q in zip(lo, q_lo)]
                 b = [l + q for l, q in zip(lo, q_hi)]
                 if site.local_dp:
