@@ -21,7 +21,8 @@ rank that holds it:
   dimension in a group of its own (the path merges unsplit neighbours: the same flat index) and
   leaves 1-D tensors to the eager paths (their global ``reshape`` has no window).
 
-Positions compared, per box: its corners and edges, random positions, and both sides of every
+Positions compared, per box: its corners, a random sub-box, the edges (on the host paths; the int32-op
+path, tens of OneFlow ops a call, takes the corners and the random sub-box), and both sides of every
 multiple of 2**31 (so of 2**32) of the flat index (of the word index for masks) that falls in it.
 Under gradient accumulation a micro-batch's rows are numbered by their place in the step's batch
 (data-parallel rank ``r`` reads positions ``[r * n * s, (r + 1) * n * s)`` of the step in ``n``
@@ -33,6 +34,7 @@ import contextlib
 import dataclasses
 import itertools
 import time
+import zlib
 from unittest import mock
 
 import numpy as np
@@ -75,7 +77,8 @@ class Model:
 # Shapes as LiBai's configs give them (configs/common/models/ of LiBai main): BERT's vocabulary 30,522;
 # LiBai's vit_huge_patch14_224 sets patch_size 16 (196 patches + the class token); Swin-B's embed_dim
 # 128, depths [2, 2, 18, 2], drop_path_rate 0.5, window 7 at 224 px (first stage: 56 x 56 tokens).
-# LiBai ships no GPT-3 or GPT-2 XL config: their published shapes, on LiBai's GPT.
+# LiBai ships no GPT-3 or GPT-2 XL config: their published shapes, on LiBai's GPT.  Drop rates are 0.1 where a
+# config turns a dropout off (a user's setting; the rate changes no index), Swin-B's drop-path its config's 0.5.
 MODELS = {
     "gpt3-175b": Model("gpt3-175b", 12288, 96, 96, 2048, 4 * 12288, vocab=50257, global_batch=1536),
     "gpt2-xl": Model("gpt2-xl", 1600, 25, 48, 1024, 4 * 1600, vocab=50257, global_batch=512),
@@ -540,7 +543,7 @@ class Simulation:
         true_sizes = [b - a for a, b in zip(*true_box)]
         if sizes != true_sizes:
             return ("shard_box", tuple(box[0]), f"box of {sizes}", f"box of {true_sizes}"), 0
-        rng = np.random.default_rng(hash((self.seed, site.name, rank, micro)) % 2 ** 32)
+        rng = np.random.default_rng([self.seed, zlib.crc32(site.name.encode()), rank, micro])  # the same every run
         lo = list(box[0])
         count = 0
         if points is None:
