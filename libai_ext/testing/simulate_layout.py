@@ -17,9 +17,11 @@ rank that holds it:
 * the global-op path (``counter_rng.counter_bits`` with a placement: what ``nn.Graph`` traces
   and what re-draws initial weights) runs ``global_index.keyed_index`` on a window of the rank's
   local positions: OneFlow's part (the rank's slice of each split ``arange``, a local ``zeros``)
-  is played by the simulator, every index computation is libai_ext's.  The simulator puts each
-  dimension in a group of its own (the path merges unsplit neighbours: the same flat index) and
-  leaves 1-D tensors to the eager paths (their global ``reshape`` has no window).
+  is played by the simulator, every index computation is libai_ext's.  Unsplit neighbours the path
+  merges into one index group stay merged where the window covers them whole (dims of up to
+  ``SMALL_DIM``: Swin's 49 x 49 windows, drop-path's (b, 1, 1)); larger ones are windowed one dim at a
+  time (the same flat index).  1-D tensors go to the eager paths only (their global ``reshape`` has no
+  window).
 
 Positions compared, per box: its corners, a random sub-box, the edges (on the host paths; the int32-op
 path, tens of OneFlow ops a call, takes the corners and the random sub-box), and both sides of every
@@ -262,13 +264,14 @@ class SimulatedPlacement:
 
 
 _simulated_rank = [0]
-_device = ["cpu"]  # where the int32-op and global-op paths run (a GPU under ``make gpu-check``)
+_device = ["cpu"]
+_current_window = [None]  # (window, shape) of the global-op call being simulated  # where the int32-op and global-op paths run (a GPU under ``make gpu-check``)
 
 
 @contextlib.contextmanager
 def simulated_environment():
     """``flow.env.get_rank()`` answers the simulated rank; the global-op path's OneFlow part is played here."""
-    real_group_vector = global_index._group_vector
+    real_group_vector, real_groups = global_index._group_vector, global_index._dim_groups
 
     def get_rank():
         return _simulated_rank[0]
@@ -277,7 +280,9 @@ def simulated_environment():
         if not isinstance(placement, SimulatedPlacement):
             return real_group_vector(shape, group, placement, sbp, device)
         size = int(np.prod([shape[d] for d in group], dtype=np.int64))
-        (d,) = group  # every dimension alone (``singletons``)
+        if len(group) > 1:  # unsplit dims the window covers whole: the positions every rank holds
+            return global_index._arange(size, device=_device[0])
+        (d,) = group
         return flow.tensor(placement.window[d], dtype=flow.int32 if size < 2 ** 31 else flow.int64,
                            device=_device[0])
 
@@ -291,13 +296,21 @@ def simulated_environment():
                 return flow.zeros([len(w) for w in placement.window], dtype=dtype, device=_device[0])
             return flow.zeros(shape, dtype=dtype, placement=placement, sbp=sbp, **kwargs)
 
-    def singletons(ndim, alone):
-        return [[d] for d in range(ndim)]
+    def groups(ndim, alone):
+        """The path's groups where the window covers a merged group whole, else its dims one by one."""
+        window, shape = _current_window[0]
+        out = []
+        for group in real_groups(ndim, alone):
+            if len(group) > 1 and all(len(window[d]) == shape[d] for d in group):
+                out.append(group)
+            else:
+                out += [[d] for d in group]
+        return out
 
     with mock.patch.object(flow.env, "get_rank", get_rank), \
             mock.patch.object(global_index, "_group_vector", group_vector), \
             mock.patch.object(global_index, "flow", OneFlowPart()), \
-            mock.patch.object(global_index, "_dim_groups", singletons):
+            mock.patch.object(global_index, "_dim_groups", groups):
         yield
 
 
@@ -473,6 +486,7 @@ def graph_path(shape, sbp, placement_ranks, rank, window, keys, rows, rotate=cou
     """The global-op path's bits (``counter_bits`` with a placement) at the window (global positions per
     dim) of ``rank``; ``rotate_trunc`` for a mask's words."""
     placement = SimulatedPlacement(placement_ranks, rank, window)
+    _current_window[0] = (window, tuple(shape))
     return counter_rng.counter_bits(shape, keys, placement, sbp, rows=rows, rotate=rotate).numpy().view(np.uint32)
 
 
@@ -512,8 +526,13 @@ def _sample_boxes(sizes, rng):
 
 
 def _window(sizes, rng):
-    """Local positions per dim for the global-op path: ends, middle and a random one."""
-    return [sorted({0, min(1, n - 1), n // 2, max(0, n - 2), n - 1, int(rng.integers(0, n))}) for n in sizes]
+    """Local positions per dim for the global-op path: ends, middle and a random one; a small dim whole (where
+    neighbours are whole too, the path merges them into one index group, as it does on a real rank)."""
+    return [list(range(n)) if n <= SMALL_DIM else
+            sorted({0, min(1, n - 1), n // 2, max(0, n - 2), n - 1, int(rng.integers(0, n))}) for n in sizes]
+
+
+SMALL_DIM = 64
 
 
 class Simulation:
