@@ -156,3 +156,20 @@ def test_resume_from_32_8_4_continues_at_the_same_sample(new_dp, new_micro, new_
     assert len(after) == 4 * global_batch
     np.testing.assert_array_equal(after, uninterrupted)  # the next sample, and every one after it
     assert not np.intersect1d(after, np.concatenate(before)).size  # nothing read twice
+
+
+def test_stock_resume_onto_another_dp_reads_other_samples():
+    """Stock LiBai resumes its CyclicSampler from consumed_samples: from dp 32 onto dp 16 with the same global batch,
+    the next step's samples differ from the uninterrupted run's (each rank's bucket moves with the dp size)."""
+    from libai.data.samplers import CyclicSampler
+
+    n, micro, steps = 10 ** 5, 8, 5
+    global_batch = 32 * micro
+
+    def union(dp, consumed):
+        return np.concatenate([next(iter(CyclicSampler(Sized(n), global_batch // dp, consumed_samples=consumed,
+                                                       data_parallel_rank=r, data_parallel_size=dp)))
+                               for r in range(dp)])
+    uninterrupted, resumed = union(32, steps * global_batch), union(16, steps * global_batch)
+    assert len(uninterrupted) == len(resumed) == global_batch
+    assert not np.array_equal(np.sort(uninterrupted), np.sort(resumed))
