@@ -20,21 +20,23 @@ EXIT_CODES = ((0, "every rank's values equal the 1-rank draw at every position c
 EXAMPLES = ("libai-ext-simulate-layout --layout 32,8,4 --model gpt3-175b",
             "libai-ext-simulate-layout --layout 8,8,16 --model gpt2-xl --micro-batches 2",
             "libai-ext-simulate-layout --layout 4,2,1 --site probs:mask@0.1:64x16x512x512:S0,S1:rows",
-            "libai-ext-simulate-layout --layout 32,8,4 --model gpt3-175b --mutate truncate32   # exits 1")
+            "",
+            "# a fault injected into the rank path: exits 1, naming the site, the rank and the position",
+            "libai-ext-simulate-layout --layout 32,8,4 --model gpt3-175b --mutate truncate32")
 MODELS = ("gpt3-175b", "gpt2-xl", "bert-large", "vit-h14", "swin-b")
 MUTATIONS = ("box-offset", "stride", "axis", "truncate32")
 
 
 def build_parser():
     parser = ToolParser(description=DESCRIPTION, epilog=epilog(exit_codes=EXIT_CODES, examples=EXAMPLES))
-    parser.add_argument("--layout", required=True, metavar="DP,TP,PP", help="the parallel layout, e.g. 32,8,4")
-    parser.add_argument("--model", choices=MODELS, help="a model's draw sites at real size")
+    parser.add_argument("--layout", required=True, metavar="DP,TP,PP", help="the parallel layout, e.g. 32,8,4 (required)")
+    parser.add_argument("--model", choices=MODELS, help="a model's draw sites at real size (default: none; then --site)")
     parser.add_argument("--site", action="append", default=[], metavar="NAME:KIND:SHAPE:SBP[:rows]",
                         help="a draw site given directly (repeatable): KIND mask@RATE or values, SHAPE D0xD1x..., "
-                             "SBP the (data, tensor) pair, e.g. S0,S1; ':rows' when dim 0 is a micro-batch's rows")
+                             "SBP the (data, tensor) pair, e.g. S0,S1; ':rows' when dim 0 is a micro-batch's rows (default: none)")
     parser.add_argument("--micro-batches", type=int, default=4,
-                        help="micro-batches per step (gradient accumulation or pipeline micro-batches; default 4)")
-    parser.add_argument("--mutate", choices=MUTATIONS, help="inject this fault into the rank path (the run must fail)")
+                        help="micro-batches per step: gradient accumulation or pipeline micro-batches (default: %(default)s)")
+    parser.add_argument("--mutate", choices=MUTATIONS, help="inject this fault into the rank path, the run must then fail (default: none)")
     return parser
 
 
