@@ -27,6 +27,10 @@ KEYS = (
     ConfigKey("train.randomness", '"layout_invariant"', '"layout_invariant": initial weights, data order, '
               "augmentation, mixup and dropout masks are the same on 1 rank and on any (dp, tp, pp) layout; "
               '"fast": OneFlow\'s native kernels, reproducible on one layout only', PLUGIN),
+    ConfigKey("train.init_rebuild_limit_gib", "16", 'with train.randomness="layout_invariant", the largest '
+              "parameters and buffers (GiB on one rank) of a model whose build discards a random draw that is built "
+              "a second time to tell a discarded draw from one that reached the model untracked; above it such "
+              "draws are refused by name", PLUGIN),
     ConfigKey("train.batch_check", '"off"', "compare every field of the batch across the ranks that must agree, "
               'and stop every rank with BatchMismatchError if they do not: "off", "first" (the first batch) or '
               '"every" step; works with stock DefaultTrainer too', PLUGIN),

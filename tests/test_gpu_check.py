@@ -22,10 +22,20 @@ def test_refuses_clearly_where_oneflow_sees_no_gpu():
 
 def test_checks_planned_per_gpu_count():
     assert [(name, ranks) for name, ranks, _ in gpu_check.planned_checks(1)] == [
-        ("masks", 1), ("mask cost", 1), ("graph step", 1), ("resume", 1), ("generators", 1)]
+        ("masks", 1), ("simulation", 1), ("mask cost", 1), ("graph step", 1), ("resume", 1), ("generators", 1)]
     assert [(name, ranks) for name, ranks, _ in gpu_check.planned_checks(8)] == [
-        ("masks", 1), ("mask cost", 1), ("graph step", 1), ("resume", 1), ("generators", 2), ("pairing", 2),
+        ("masks", 1), ("simulation", 1), ("mask cost", 1), ("graph step", 1), ("resume", 1), ("generators", 2),
+        ("pairing", 2),
         ("guard", 2)]
+
+
+def test_simulation_row_on_cpu_and_its_failure(monkeypatch):
+    assert "draw sites on 16 simulated ranks equal the 1-rank draw" in gpu_check.check_simulation("cpu")
+    from libai_ext.random import global_index
+    real = global_index._strides
+    monkeypatch.setattr(global_index, "_strides", lambda shape: [s + 1 for s in real(shape)])
+    with pytest.raises(gpu_check.CheckFailed, match="MISMATCH"):
+        gpu_check.check_simulation("cpu")
 
 
 def test_bitwise_comparison_sees_one_flipped_bit():

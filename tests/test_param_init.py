@@ -599,3 +599,21 @@ def test_initial_weights_from_the_seed_are_the_same_on_every_layout(layout):
 @pytest.mark.parametrize("layout", LONG_LAYOUTS[2])
 def test_initial_weights_on_two_rank_layouts(layout):
     check_layout(2, LONG_LAYOUTS[2], layout)
+
+
+def test_the_second_build_is_bounded():
+    """Above ``rebuild_limit`` bytes of parameters and buffers on a rank the model is not built again: the discarded
+    draws are refused by name, saying which limit (train.init_rebuild_limit_gib) and how much the rank holds."""
+    builds = []
+
+    def build():
+        builds.append(1)
+        return ReplacedTables()
+    held = (12 + 6) * 4 * 4  # the kept tables, float32
+    model, redrawn = build_with_seeded_init(build, 5, rebuild_limit=held)
+    assert len(builds) == 2 and sorted(redrawn) == ["position.weight", "table.weight"]
+    builds.clear()
+    with pytest.raises(RuntimeError, match=r"test_param_init.py:\d+ \(__init__\).*train.init_rebuild_limit_gib=.* GiB "
+                                           r"of parameters and buffers \(this rank 0.00 GiB\)"):
+        build_with_seeded_init(build, 5, rebuild_limit=held - 1)
+    assert len(builds) == 1  # refused before a second build

@@ -27,6 +27,9 @@ COST_SIZES = {"cuda": dict(mask_log2=24, step_iters=30, step_warmup=10, step_rep
 CHECKS = (
     ("masks", 1, "`libai_ext.layers` masks (the counter-based values, `Dropout`, `DropPath`) drawn on CUDA "
                  "equal the CPU ones bit for bit"),
+    ("simulation", 1, "`libai-ext-simulate-layout` on (4, 2, 2) with GPT-2 XL's shapes, its int32-op and "
+                      "global-op paths on CUDA: every simulated rank's masks and values equal the 1-rank draw, "
+                      "indices past 2**32 included"),
     ("mask cost", 1, "the layout-invariant mask (OneFlow int32 ops, the path GPUs and graphs take) against "
                      "OneFlow's own dropout (`flow._C.dropout`) on a "
                      f"2**{COST_SIZES['cuda']['mask_log2']}-element tensor in "
@@ -191,6 +194,18 @@ def check_masks(device):
 
 
 # --- cost against OneFlow's own dropout and stock LiBai ------------------------------------------
+
+def check_simulation(device):
+    """``libai-ext-simulate-layout`` on (4, 2, 2) with GPT-2 XL's shapes, its int32-op and global-op paths on
+    ``device``: every rank's masks and values equal the 1-rank draw, indices past 2**32 included."""
+    from ..testing import simulate_layout as sim
+
+    lines, findings = sim.simulate(sim.Layout(4, 2, 2, 2), sim.MODELS["gpt2-xl"], out=lambda line: None,
+                                   device=device)
+    expect(lines, "no draw site was simulated")
+    expect(not findings, str(findings[0]) if findings else "")
+    return f"{len(lines)} draw sites on 16 simulated ranks equal the 1-rank draw"
+
 
 def check_mask_cost(device):
     """The int-op mask path against ``flow._C.dropout`` on ``device``: time, peak and held memory per
@@ -373,6 +388,7 @@ def planned_checks(gpus):
     """``[(name, ranks, check)]`` of the rows of ``CHECKS`` that ``gpus`` devices allow, in its order."""
     generator_ranks = 2 if gpus >= 2 else 1
     functions = {"masks": (1, lambda device, workdir: check_masks(device)),
+                 "simulation": (1, lambda device, workdir: check_simulation(device)),
                  "mask cost": (1, lambda device, workdir: check_mask_cost(device)),
                  "graph step": (1, check_graph_step), "resume": (1, check_resume),
                  "generators": (generator_ranks,

@@ -16,6 +16,7 @@ from ..data.position import KEY as DATA_POSITION
 from ..layers import convert_stochastic_layers, name_stochastic_layers, stochastic_ops
 from ..random import DEFAULT_RANDOMNESS, preserved_rng_state, recording_init, reinitialize, watch_late_parameters
 from ..random.audit import audit_stochastic_ops
+from ..random.param_init import DEFAULT_REBUILD_LIMIT_GIB
 from ..random.draws import drawing_step
 from .batch import consistent_batch
 from .checkpoint import use_committed_checkpoints, with_committed_retention
@@ -239,7 +240,8 @@ class ConsistentBatchTrainer(DefaultTrainer):
         with recording_init() as recorder:
             model = build()
         # (``build`` again only if a draw reached no parameter: a discarded draw, or one that got in untracked)
-        redrawn = reinitialize(model, recorder, seed, rebuild=build)
+        limit = float(try_get_key(cfg, "train.init_rebuild_limit_gib", default=DEFAULT_REBUILD_LIMIT_GIB))
+        redrawn = reinitialize(model, recorder, seed, rebuild=build, rebuild_limit=int(limit * 2 ** 30))
         logger = logging.getLogger(__name__)
         followers = sum("(follows " in recipe for recipe in redrawn.values())
         logger.info("layout_invariant init: %d randomly initialised tensors re-drawn from train.seed=%d, their "

@@ -35,7 +35,9 @@ built a second time with every generator (OneFlow's, numpy's, python's) seeded o
 (``untracked_reach``): a tensor that is not re-drawn but changes with the generators got random
 values by an untracked path (numpy, an in-place draw into a view) and is refused by name; if
 none changes, the stray draws were discarded and the build is accepted.  The second build costs
-one more model build and its memory, only for models that discard draws.
+one more model build and its memory (both builds' shards at once on each rank), only for models that
+discard draws; above ``rebuild_limit`` bytes of parameters and buffers on any rank
+(``train.init_rebuild_limit_gib``) it is not made and the stray draws are refused by name instead.
 """
 import hashlib
 import random
@@ -48,6 +50,8 @@ from .init_recipes import LAYOUT_OPS, recording_init
 from .rng_state import preserved_rng_state
 
 _STREAM = "param_init"
+# train.init_rebuild_limit_gib's default: a rank holding more parameters and buffers is not built twice.
+DEFAULT_REBUILD_LIMIT_GIB = 16
 
 
 def named_tensors(model):
@@ -307,11 +311,26 @@ UNTRACKED_FIX = ("give it its values with a watched op on the whole tensor (nn.i
                  "the values with train.load_weight")
 
 
-def _reach_problems(model, recorder, named, checked, rebuild):
+def local_bytes(named):
+    """Bytes of this rank's part of the tensors ``named`` (what one more build of the model holds here)."""
+    return sum(_local(tensor).numel() * _local(tensor).element_size() for _, tensor in named)
+
+
+def _reach_problems(model, recorder, named, checked, rebuild, rebuild_limit=None):
     """Messages for the tensors that random values reached by an untracked path (``strict``)."""
     strays = _stray_sites(named, recorder, checked)
     if not _any_rank(strays):
         return []
+    if rebuild is not None and rebuild_limit is not None:
+        held = local_bytes(named)
+        if _any_rank(held > rebuild_limit):
+            sites = ", ".join(strays) or "on another rank"
+            return [f"random draws that reached no parameter or buffer by a tracked path ({sites}): telling a "
+                    "discarded draw from one that got into the model untracked builds the model a second time on "
+                    f"every rank, and a rank holds more than train.init_rebuild_limit_gib="
+                    f"{rebuild_limit / 2 ** 30:g} GiB of parameters and buffers (this rank {held / 2 ** 30:.2f} GiB); "
+                    "raise train.init_rebuild_limit_gib if every rank has memory for two copies of its shards, or "
+                    "make the model's build draw only into the tensors it keeps"]
     if rebuild is None:
         return [f"a random draw that reached no parameter or buffer by a tracked path: {site} (pass the build "
                 "function, build_with_seeded_init(build, seed), to tell a discarded draw from one that reached "
@@ -323,7 +342,7 @@ def _reach_problems(model, recorder, named, checked, rebuild):
             f"numpy or an in-place draw into a view); {UNTRACKED_FIX}" for name in reached]
 
 
-def reinitialize(model, recorder, seed, strict=True, rebuild=None):
+def reinitialize(model, recorder, seed, strict=True, rebuild=None, rebuild_limit=None):
     """Re-draw every randomly initialised parameter/buffer of ``model`` from ``seed``; returns
     ``{name: recipe description}`` of what was re-drawn (a tensor that follows another one says
     whose values it follows).  Every rank must call it.
@@ -332,12 +351,13 @@ def reinitialize(model, recorder, seed, strict=True, rebuild=None):
     reproduce.  ``strict``: also refuse tensors that random values reached by an untracked path;
     when some draw reached no parameter or buffer, ``rebuild()`` (a function building the same
     model again) tells a discarded draw from one that reached the model (``untracked_reach``);
-    without it every such draw is refused.  ``strict=False`` skips that check.
+    without it every such draw is refused, as above ``rebuild_limit`` bytes of parameters and buffers on
+    any rank (None: no limit).  ``strict=False`` skips that check.
     """
     named = named_tensors(model)
     problems, checked = _problems(model, named, recorder)
     if strict:
-        problems += _reach_problems(model, recorder, named, checked, rebuild)
+        problems += _reach_problems(model, recorder, named, checked, rebuild, rebuild_limit)
     if problems:
         raise RuntimeError("layout_invariant init cannot reproduce these initial values from train.seed (each "
                            "is named with its module; to keep the same initial model on every layout, draw them "
@@ -354,9 +374,9 @@ def reinitialize(model, recorder, seed, strict=True, rebuild=None):
     return redrawn
 
 
-def build_with_seeded_init(build, seed, strict=True):
+def build_with_seeded_init(build, seed, strict=True, rebuild_limit=None):
     """``build()`` a model whose random initial values depend on ``seed`` and names alone;
     returns ``(model, {name: recipe})``."""
     with recording_init() as recorder:
         model = build()
-    return model, reinitialize(model, recorder, seed, strict, rebuild=build)
+    return model, reinitialize(model, recorder, seed, strict, rebuild=build, rebuild_limit=rebuild_limit)
