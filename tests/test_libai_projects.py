@@ -6,7 +6,8 @@ layout, read by LiBai's ``ImageNetDataset`` and MAE's ``PretrainingImageNetDatas
 own flowvision augmentation; global batch 8; 10 iterations).
 
 * With the plugin, dp2, tp2 and dp2 x tp2 follow 1 rank within 1e-5 per iteration, MoCo eager (not on dp2 x tp2:
-  its own loss cannot run on a 2-d placement, LiBai's bug), MAE eager and in graph mode (LiBai's ``GraphBase``, as MAE's config sets it); MAE's graph follows its eager run.  MoCo's projector
+  its own loss cannot run on a 2-d placement, LiBai's bug), MAE eager and in graph mode (not on dp2 x tp2, where
+  graph mode aborts OneFlow's CPU transport and libai_ext refuses it) (LiBai's ``GraphBase``, as MAE's config sets it); MAE's graph follows its eager run.  MoCo's projector
   and predictor hold ``BatchNorm1d``: under data parallelism they normalise over the global batch
   (``libai_ext.compat.batch_statistics``).
 * Stock (the scripts as shipped, with what they need to start on CPU ranks) on dp2 differs from its 1 rank at
@@ -38,13 +39,16 @@ RTOL = 1e-5
 LAYOUTS = {"1": dict(dp=1, tp=1), "dp2": dict(dp=2, tp=1), "tp2": dict(dp=1, tp=2), "dp2xtp2": dict(dp=2, tp=2)}
 STOCK_LAYOUTS = ("1", "dp2")
 PLUGIN_RUNS = (("MOCOV3", None), ("MAE", False), ("MAE", True))  # (project, graph.enabled; None: as shipped)
-# MoCo's contrastive loss gives one sbp for the whole placement, which a 2-d one (dp x tp) refuses
-# (docs/upstream-bugs.md, LiBai's projects on a 2-d placement)
-NOT_RUNNABLE = {("MOCOV3", "dp2xtp2")}
+NOT_RUNNABLE = {
+    # MoCo's contrastive loss gives one sbp for a 2-d placement (docs/upstream-bugs.md §29)
+    ("MOCOV3", None, "dp2xtp2"),
+    # graph mode with data and tensor parallelism aborts OneFlow 0.9.0's CPU transport: refused (engine.graph)
+    ("MAE", True, "dp2xtp2"),
+}
 
 
 def plugin_runs(layout):
-    return [(project, graph) for project, graph in PLUGIN_RUNS if (project, layout) not in NOT_RUNNABLE]
+    return [(project, graph) for project, graph in PLUGIN_RUNS if (project, graph, layout) not in NOT_RUNNABLE]
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +187,7 @@ def test_the_projects_follow_one_rank_with_the_plugin(project_losses, layout, pr
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("layout", [layout for layout in LAYOUTS if ("MAE", True) in plugin_runs(layout)])
 def test_maes_graph_follows_its_eager_run(project_losses, layout):
     eager, graph = project_losses[layout]["MAE-graphFalse"], project_losses[layout]["MAE-graphTrue"]
     assert max_relative(per_step(*graph, "MAE"), per_step(*eager, "MAE")) <= RTOL
