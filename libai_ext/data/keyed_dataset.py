@@ -43,7 +43,7 @@ from oneflow.utils.data import Dataset, get_worker_info
 
 from ..random import oneflow_draws
 from ..random.sample_keys import (
-    oneflow_draws_heard, oneflow_untouched_since_probe, owned_generator_seed, preserved_streams, seed_batch_streams,
+    draws_in_call_order, oneflow_draws_heard, oneflow_untouched_since_probe, owned_generator_seed, preserved_streams, seed_batch_streams,
     seed_oneflow_probe, seed_streams,
 )
 
@@ -74,7 +74,7 @@ class KeyedAugmentation(Dataset):
             if result is not _DREW_FROM_ONEFLOW:
                 return result
             self.draws_from_oneflow = True
-        with preserved_streams(oneflow=True):
+        with preserved_streams(oneflow=True), draws_in_call_order():
             return self._keyed_batch(batch, epoch, oneflow=True)
 
     def _read_unless_it_draws_from_oneflow(self, batch, epoch):
