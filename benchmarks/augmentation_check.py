@@ -17,15 +17,14 @@ warm-up batch each), so a shared host's load drifts hit them alike:
 
 The table gives each loader's median batch time and its ratio to ``no check``.
 """
-import argparse
 import contextlib
 import os
 import statistics
 import sys
-import tempfile
 import time
 
-from report import publish  # benchmarks/report.py (scripts run from benchmarks/)
+from loader_keying import loader_arguments  # benchmarks/loader_keying.py (scripts run from benchmarks/)
+from report import publish  # benchmarks/report.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -87,11 +86,7 @@ def batch_seconds(builds, rounds):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batches", type=int, default=30, help="timed batches per loader")
-    parser.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "libai_ext_digits"))
-    parser.add_argument("--out", help="also write the table here (markdown)")
-    args = parser.parse_args()
+    args = loader_arguments(__doc__)
 
     from libai_ext.data import CIFAR100Folder, ensure_digits_cifar
     from libai_ext.layers.stochastic_ops import route_stochastic_ops
