@@ -94,7 +94,7 @@ class KeyedAugmentation(Dataset):
             if heard.drew:
                 return _DREW_FROM_ONEFLOW
             if check_state and not oneflow_untouched_since_probe():
-                if self.check is not None and self.check.action == "refuse":
+                if self.check is not None and self.check.action == "refuse" and oneflow_draws.watching():
                     self.check.unreported_oneflow_draw(self, batch, epoch)
                 self._warn_unreported_draw()
                 return _DREW_FROM_ONEFLOW

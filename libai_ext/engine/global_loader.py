@@ -35,7 +35,7 @@ from ..data.keyed_dataset import KeyedAugmentation
 from ..data.ordered_loader import GlobalOrderLoader
 from ..data.position import GLOBAL_BATCH_KEYS as DATA_POSITION_KEYS
 from ..data.position import DataPosition, GlobalBatchGuard
-from ..random import DEFAULT_RANDOMNESS, check_randomness
+from ..random import DEFAULT_RANDOMNESS, check_randomness, oneflow_draws
 from ..random.owned_generators import find_owned_generators, reseed
 from ..random.stream_probe import streams_drawn_by
 
@@ -104,6 +104,9 @@ def use_global_order(loader, consumed_samples=0, micro_batch_size=None, num_accu
         num_accumulation_steps=num_accumulation_steps,
         whole_step=_holds_whole_steps(stock.micro_batch_size, micro, num_accumulation_steps))
     owned = keyable_generators(loader.dataset)
+    # The keyed reads learn of OneFlow draws from the wrappers (the trainer installs them with the model; a loader
+    # built on its own needs them too): without them no draw could be put in call order.
+    oneflow_draws.watch_oneflow_draws()
     check_collate(loader.collate_fn, KeyedAugmentation(loader.dataset, stock.seed, None, owned), sampler)
     _stop_workers(loader)
     keyed = KeyedAugmentation(loader.dataset, stock.seed, loader.collate_fn, owned, check)
