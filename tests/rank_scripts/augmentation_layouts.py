@@ -3,7 +3,7 @@
 ``augmentation_cases.AllCases`` (the first 64 digits, each sample run through every case) is read by the train
 loader each trainer builds (``build_train_loader``), with ``--workers`` loader workers, a global batch of 16.  Before
 each batch a chain of matmuls on a global tensor is queued, as a training step's work would be: on a rank other than
-the first, its local part runs on another stream than ``flow.empty``'s (docs/upstream-bugs.md #25).  Variants:
+the first, its local part runs on another stream than ``flow.empty``'s (docs/upstream-bugs.md #30).  Variants:
 
 * ``layout_invariant``: ``ConsistentBatchTrainer``, steps 0 and 1;
 * ``resume``: the same, started from LiBai's ``consumed_samples`` after step 0 (what ``--resume`` sets), step 1;
