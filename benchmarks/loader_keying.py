@@ -98,12 +98,17 @@ def report(rows, args):
     return "\n".join(lines) + "\n"
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def loader_arguments(doc):
+    """``--batches``, ``--data``, ``--out``: the arguments of the loader benchmarks."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--batches", type=int, default=30, help="timed batches per loader")
     parser.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "libai_ext_digits"))
     parser.add_argument("--out", help="also write the table here (markdown)")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main():
+    args = loader_arguments(__doc__)
     text = report(measure(args.batches, args.data), args)
     publish(text, args.out, title="Layout-invariant train loader: cost of the global order and per-sample keys")
 

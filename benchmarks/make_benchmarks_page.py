@@ -56,7 +56,8 @@ GROUPS = [
       "step_profile_gpt2_1ranks_graph"]),
     ("The layout-invariant pieces",
      "Each piece of `train.randomness=\"layout_invariant\"` against the path it replaces, side by side in one run.",
-     ["randomness_cost", "generator_bijection", "param_init_cost", "loader_keying", "mixup_cost", "epoch_order"]),
+     ["randomness_cost", "generator_bijection", "param_init_cost", "loader_keying", "augmentation_check", "mixup_cost",
+      "epoch_order"]),
     ("Random ops inside a forward",
      "Routing every random op of OneFlow (`flow.rand`, `F.dropout`, `Tensor.bernoulli`, ...) to the keyed streams: "
      "per call, against OneFlow's own op in one process (`benchmarks/random_op_routing.py`); and on a whole training "

@@ -34,6 +34,13 @@ KEYS = (
     ConfigKey("train.batch_check", '"off"', "compare every field of the batch across the ranks that must agree, "
               'and stop every rank with BatchMismatchError if they do not: "off", "first" (the first batch) or '
               '"every" step; works with stock DefaultTrainer too', PLUGIN),
+    ConfigKey("train.augmentation_check.action", '"refuse"', 'with train.randomness="layout_invariant", what a '
+              "sample that reads differently after every generator was disturbed does: \"refuse\" (stop, naming the "
+              'transform whose draws are not keyed), "warn" or "off"', PLUGIN),
+    ConfigKey("train.augmentation_check.first_batches", "2", "the first train batches each process (or loader "
+              "worker) reads that are checked by effect", PLUGIN),
+    ConfigKey("train.augmentation_check.period", "50", "after the first batches, one batch in this many is checked "
+              "by effect (one sample read again); 0: the first batches only", PLUGIN),
     ConfigKey("train.stage0_only_loading", "true", "under pipeline parallelism only stage 0 reads and augments "
               "training samples, with ConsistentBatchTrainer", PLUGIN),
     ConfigKey("train.checkpointer.checksums", "true", "record a CRC-32 of every file when a checkpoint commits, "

@@ -233,6 +233,14 @@ def test_a_new_key_of_libai_exts_is_one_table_entry(monkeypatch):
     assert "train.watchdog.timeout_s" in config_keys.help_text()
 
 
+def test_a_misspelt_augmentation_check_key_is_refused_naming_the_key():
+    found, _ = findings(demo("train.augmentation_check.perod=5"))
+    assert found["train.augmentation_check.perod"] == (
+        "train.augmentation_check.perod: not a key LiBai or libai_ext reads; did you mean "
+        "train.augmentation_check.period?", True)
+    assert findings(demo("train.augmentation_check.period=5", "train.augmentation_check.action=warn"))[0] == {}
+
+
 def test_a_misspelt_preemption_key_is_refused_naming_the_key():
     found, _ = findings(demo("train.preemption.grace=5", "train.preemption.signal=SIGTERM"))
     assert found["train.preemption.grace"] == (

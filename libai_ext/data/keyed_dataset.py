@@ -33,7 +33,9 @@ regenerates it and the saved state changes.  Looking at the state waits for the 
 so the state is checked on every batch in loader workers (their queue holds only their own reads) and
 where no wrapper is installed (nothing would report a draw), and otherwise on the first batch of each
 epoch that the main process reads (a warning then says how many batches were read without the check).
-``benchmarks/loader_keying.py`` measures the keying.  So the loader takes the sampler as ``sampler``
+With a ``check`` (``data.augmentation_check.AugmentationCheck``, what the trainer passes) such a draw is
+refused by name instead, and on the batches the check is due on one sample is read again after every generator was
+disturbed (the check by effect).  ``benchmarks/loader_keying.py`` measures the keying.  So the loader takes the sampler as ``sampler``
 with ``batch_size=None`` (each of its items is a batch); with ``num_workers > 0`` the epoch travels
 with the batch.
 """
@@ -43,8 +45,8 @@ from oneflow.utils.data import Dataset, get_worker_info
 
 from ..random import oneflow_draws
 from ..random.sample_keys import (
-    oneflow_draws_heard, oneflow_untouched_since_probe, owned_generator_seed, preserved_streams, seed_batch_streams,
-    seed_oneflow_probe, seed_streams,
+    draws_in_call_order, oneflow_draws_heard, oneflow_untouched_since_probe, owned_generator_seed, preserved_streams,
+    seed_batch_streams, seed_oneflow_probe, seed_streams,
 )
 
 logger = logging.getLogger(__name__)
@@ -52,11 +54,12 @@ _DREW_FROM_ONEFLOW = object()  # a read that drew from OneFlow's generator unkey
 
 
 class KeyedAugmentation(Dataset):
-    def __init__(self, dataset, seed, collate_fn=None, owned_generators=()):
+    def __init__(self, dataset, seed, collate_fn=None, owned_generators=(), check=None):
         self.dataset = dataset
         self.seed = int(seed)
         self.collate_fn = collate_fn
         self.owned_generators = tuple(owned_generators)
+        self.check = check  # an ``AugmentationCheck`` (the check by effect), or None
         self.draws_from_oneflow = False  # until a batch is seen drawing from OneFlow's generator
         self._state_checked_epoch = None  # the main process's last epoch whose first batch it checked
         self._reads_unchecked = 0  # batches read since the last check with the wrappers' reports alone
@@ -74,8 +77,10 @@ class KeyedAugmentation(Dataset):
             if result is not _DREW_FROM_ONEFLOW:
                 return result
             self.draws_from_oneflow = True
-        with preserved_streams(oneflow=True):
-            return self._keyed_batch(batch, epoch, oneflow=True)
+        with preserved_streams(oneflow=True), draws_in_call_order():
+            samples = self._keyed_samples(batch, epoch, oneflow=True)
+            self._verify(batch, epoch, samples, oneflow=True)
+            return self._collate(samples, batch, epoch, oneflow=True)
 
     def _read_unless_it_draws_from_oneflow(self, batch, epoch):
         """The batch with python and numpy keyed per sample, or ``_DREW_FROM_ONEFLOW`` where reading it drew
@@ -84,12 +89,16 @@ class KeyedAugmentation(Dataset):
         with preserved_streams(oneflow=check_state), oneflow_draws_heard(not check_state) as heard:
             if check_state:
                 seed_oneflow_probe()
-            result = self._keyed_batch(batch, epoch, oneflow=False)
+            samples = self._keyed_samples(batch, epoch, oneflow=False)
+            result = self._collate(samples, batch, epoch, oneflow=False)
             if heard.drew:
                 return _DREW_FROM_ONEFLOW
             if check_state and not oneflow_untouched_since_probe():
+                if self.check is not None and self.check.action == "refuse" and oneflow_draws.watching():
+                    self.check.unreported_oneflow_draw(self, batch, epoch)
                 self._warn_unreported_draw()
                 return _DREW_FROM_ONEFLOW
+            self._verify(batch, epoch, samples, oneflow=False)
         self._reads_unchecked = 0 if check_state else self._reads_unchecked + 1
         return result
 
@@ -113,8 +122,15 @@ class KeyedAugmentation(Dataset):
                 f"(dataloader.train.num_workers > 0: every batch is checked there at no cost), or call OneFlow's "
                 f"ops by their names.")
 
-    def _keyed_batch(self, batch, epoch, oneflow):
-        samples = [self._read(epoch, index, oneflow) for index in batch]
+    def _keyed_samples(self, batch, epoch, oneflow):
+        return [self._read(epoch, index, oneflow) for index in batch]
+
+    def _verify(self, batch, epoch, samples, oneflow):
+        """The check by effect (``data.augmentation_check``) on the batches it is due on."""
+        if self.check is not None and samples and self.check.due():
+            self.check.verify(self, batch, epoch, samples, oneflow)
+
+    def _collate(self, samples, batch, epoch, oneflow):
         if self.collate_fn is None:
             return samples
         seed_batch_streams(self.seed, epoch, getattr(batch, "step", 0), getattr(batch, "first_position", 0),

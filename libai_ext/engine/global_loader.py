@@ -28,13 +28,14 @@ from libai.data.build import trivial_batch_collator
 from libai.data.samplers import CyclicSampler, SingleRoundSampler
 from oneflow.utils.data import DataLoader
 
+from ..data.augmentation_check import AugmentationCheck
 from ..data.eval_order import GlobalOrderTestSampler
 from ..data.global_order import GlobalOrderBatchSampler
 from ..data.keyed_dataset import KeyedAugmentation
 from ..data.ordered_loader import GlobalOrderLoader
 from ..data.position import GLOBAL_BATCH_KEYS as DATA_POSITION_KEYS
 from ..data.position import DataPosition, GlobalBatchGuard
-from ..random import DEFAULT_RANDOMNESS, check_randomness
+from ..random import DEFAULT_RANDOMNESS, check_randomness, oneflow_draws
 from ..random.owned_generators import find_owned_generators, reseed
 from ..random.stream_probe import streams_drawn_by
 
@@ -64,7 +65,8 @@ def order_train_loaders(cfg, train, valid, test, global_order):
     if global_order:
         train = use_global_order(train, try_get_key(cfg, "dataloader.train.consumed_samples", default=0),
                                  try_get_key(cfg, "train.train_micro_batch_size", default=None),
-                                 try_get_key(cfg, "train.num_accumulation_steps", default=None) or 1)
+                                 try_get_key(cfg, "train.num_accumulation_steps", default=None) or 1,
+                                 check=AugmentationCheck.from_config(cfg))
         valid, test = use_global_test_order(valid), use_global_test_order(test)
     if not hasattr(train, "data_position"):
         warn_unkeyed_generators(train)
@@ -79,14 +81,15 @@ def order_train_loaders(cfg, train, valid, test, global_order):
     return train, valid, test
 
 
-def use_global_order(loader, consumed_samples=0, micro_batch_size=None, num_accumulation_steps=1):
+def use_global_order(loader, consumed_samples=0, micro_batch_size=None, num_accumulation_steps=1, check=None):
     """``loader`` rebuilt with the global-order sampler and keyed augmentation, starting after
     ``consumed_samples`` global samples (or as is, logged, where it is not a stock LiBai train loader).
 
     ``micro_batch_size`` is ``train.train_micro_batch_size`` (default: the loader's batch); the loader's
     batch is that, or that times ``num_accumulation_steps`` (LiBai 0.1.1's graph mode).  The position is
     an argument: with workers, LiBai main's loader has already advanced its sampler by the batches its
-    persistent workers prefetched.
+    persistent workers prefetched.  ``check``: the check by effect of the keyed augmentation
+    (``data.augmentation_check.AugmentationCheck``), or None.
     """
     stock = getattr(loader, "batch_sampler", None)
     if not isinstance(loader, DataLoader) or type(stock) is not CyclicSampler:
@@ -101,9 +104,12 @@ def use_global_order(loader, consumed_samples=0, micro_batch_size=None, num_accu
         num_accumulation_steps=num_accumulation_steps,
         whole_step=_holds_whole_steps(stock.micro_batch_size, micro, num_accumulation_steps))
     owned = keyable_generators(loader.dataset)
+    # The keyed reads learn of OneFlow draws from the wrappers (the trainer installs them with the model; a loader
+    # built on its own needs them too): without them no draw could be put in call order.
+    oneflow_draws.watch_oneflow_draws()
     check_collate(loader.collate_fn, KeyedAugmentation(loader.dataset, stock.seed, None, owned), sampler)
     _stop_workers(loader)
-    keyed = KeyedAugmentation(loader.dataset, stock.seed, loader.collate_fn, owned)
+    keyed = KeyedAugmentation(loader.dataset, stock.seed, loader.collate_fn, owned, check)
     rebuilt = GlobalOrderLoader(keyed, sampler, **_options(loader, persistent_workers=False))
     rebuilt.mixup_func = getattr(loader, "mixup_func", None)
     rebuilt.data_position = DataPosition(rebuilt)

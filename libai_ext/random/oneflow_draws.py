@@ -134,27 +134,32 @@ def originals():
 
 class DrawWatch:
     """``drew``: whether a call reached one of OneFlow's own random ops through a wrapper while it listened
-    (the first one's name in ``first``); ``before_first()``, if given, runs right before that call's op."""
+    (the first one's name in ``first``, how many in ``count``); ``before_first()``, if given, runs right before
+    the first call's op, ``before_each()`` right before every call's op."""
 
-    def __init__(self, before_first=None):
-        self.first, self._before_first = None, before_first
+    def __init__(self, before_first=None, before_each=None):
+        self.first, self.count = None, 0
+        self._before_first, self._before_each = before_first, before_each
 
     @property
     def drew(self):
         return self.first is not None
 
     def heard(self, name):
+        self.count += 1
         if self.first is None:
             self.first = name
             if self._before_first is not None:
                 self._before_first()
+        if self._before_each is not None:
+            self._before_each()
 
 
 @contextlib.contextmanager
-def listening(before_first=None):
+def listening(before_first=None, before_each=None):
     """A ``DrawWatch`` told of every call that reaches OneFlow's own random ops while inside (in this process,
     routed calls inside a forward excepted: they draw from keyed streams)."""
-    watch = DrawWatch(before_first)
+    watch = DrawWatch(before_first, before_each)
     _listeners.append(watch)
     try:
         yield watch

@@ -16,6 +16,14 @@ flowvision 0.1.0 draws from all three: ``RandomCrop``, ``RandomHorizontalFlip``,
 A sample augmented inside ``keyed_streams`` is the same whichever rank, worker or position
 reads it (the idea of Grain's per-record seeds).
 
+OneFlow's CPU generator is one object, but a rank's local tensors do not all run on one stream: on the
+rank of local index ``r > 0`` the factory ops (``randperm``, ``rand``, ``randint``, ``normal``...) make
+tensors on ``cpu:r`` and ``flow.empty`` on ``cpu:0``, two streams run by two threads.  Two draws queued
+on the two streams (``ColorJitter``'s ``randperm(4)``, then its ``empty(1).uniform_``) read the generator in
+whichever order the streams reach them, and that depends on what each has queued (the training step's
+global tensors live on ``cpu:r``).  ``draws_in_call_order`` makes each draw wait for the rank's queued work
+before it is queued, so keyed draws read the generator in the order Python calls them, as on 1 rank.
+
 One limit of OneFlow 0.9.0 (see ``rng_state``): its CPU generator's saved state omits the
 position within its 624-word block, so the caller's OneFlow CPU stream resumes from a block
 boundary, not from the exact draw it had reached.  Python's and numpy's resume exactly.
@@ -141,6 +149,20 @@ def oneflow_draws_heard(keep_caller_stream=True):
             if saved:
                 _finish_queued_draws()
                 flow.default_generator.set_state(saved[0])
+
+
+def finish_queued_work():
+    """Wait for every op queued on this rank, on all of its streams."""
+    flow._oneflow_internal.eager.Sync()
+
+
+@contextlib.contextmanager
+def draws_in_call_order():
+    """Within: every call that reaches OneFlow's own random ops through libai_ext's wrappers first waits for
+    the rank's queued work (see the module's doc), so the draws read OneFlow's CPU generator in call order
+    whichever streams run them.  Yields the ``oneflow_draws.DrawWatch``."""
+    with oneflow_draws.listening(before_each=finish_queued_work) as watch:
+        yield watch
 
 
 class KeyedDrawOnGPU(RuntimeError):
