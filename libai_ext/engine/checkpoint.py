@@ -26,7 +26,7 @@ from libai.config import try_get_key
 from libai.engine import hooks
 
 from ..random.rng_state import RNGStateCheckpointer
-from ..testing.fault_injection import fault_point, weights_being_written
+from ..fault_points import fault_point, weights_being_written
 from .agreement import agree_on, barrier
 from .checkpoint_files import (
     EXTENSION_ENTRY, MANIFEST, RETIRED_SUFFIX, CheckpointDamaged, build_manifest, fsync_dir, flush_to_disk,

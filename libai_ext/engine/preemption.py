@@ -26,7 +26,7 @@ import os
 from libai.config import try_get_key
 from libai.engine.hooks import HookBase
 
-from ..testing.fault_injection import fault_point
+from ..fault_points import fault_point
 from .agreement import any_rank, flags_read, flags_sent
 from .preemption_signals import DEFAULT_GRACE_S, DEFAULT_SIGNALS, EXIT_PREEMPTED, PreemptionWatcher, parse_signals
 
