@@ -23,7 +23,7 @@ from libai.utils.logger import setup_logger
 from ..compat import apply_patches, fill_missing_config_keys, libai_line, patching
 from ..config_keys import STOCK_MEANING, is_stock
 from .batch_check import BATCH_CHECK_MODES, install_batch_check
-from .graph import check_graph_options
+from .graph import check_graph_config
 from .hooks import RawLossWriter
 from .key_guard import guard_config_keys
 from .launcher_lifetime import DISABLE_ENV, die_with_launcher, is_oneflow_launcher
@@ -68,21 +68,9 @@ def check_config(cfg):
     if batch_check not in BATCH_CHECK_MODES:
         raise ValueError(f"train.batch_check={batch_check!r} is not one of {BATCH_CHECK_MODES}")
     if try_get_key(cfg, "graph.enabled", default=False):
-        check_graph_config(cfg)
+        check_graph_config(cfg, layout_set_up=False)
     preemption_settings(cfg)
     return trainer_cls
-
-
-def check_graph_config(cfg):
-    """The graph options this host cannot run, refused from the config alone (LiBai's sizing rules)."""
-    world = flow.env.get_world_size()
-    tp = min(try_get_key(cfg, "train.dist.tensor_parallel_size", default=1), world)
-    pp = min(try_get_key(cfg, "train.dist.pipeline_parallel_size", default=1), world // tp)
-    check_graph_options(
-        fp16=try_get_key(cfg, "train.amp.enabled", default=False),
-        zero_optim=try_get_key(cfg, "train.zero_optimization.enabled", default=False),
-        grad_acc_steps=try_get_key(cfg, "train.num_accumulation_steps", default=None) or 1,
-        data_parallel_size=world // (tp * pp), tensor_parallel_size=tp)
 
 
 def evaluate_only(cfg, args, trainer_cls):

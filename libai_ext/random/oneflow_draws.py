@@ -171,6 +171,21 @@ def draw_count():
     return _draws
 
 
+_draws_at_last_wait = -1
+
+
+def finish_queued_draws(only_after_draws=False):
+    """Wait for OneFlow's queued kernels: an eager op reads (and advances) its generator when it runs, not when
+    it is queued, so a generator's state is read or replaced, or a stream re-seeded, only once everything queued
+    has run.  ``only_after_draws``: not when no OneFlow draw was made since the last wait (known while the
+    wrappers count them)."""
+    global _draws_at_last_wait
+    if only_after_draws and watching() and _draws == _draws_at_last_wait:
+        return
+    flow._oneflow_internal.eager.Sync()
+    _draws_at_last_wait = _draws
+
+
 def set_router(router):
     """``router(name, OneFlow's op, args, kwargs)`` answers the calls made inside a forward (None: none)."""
     global _router
