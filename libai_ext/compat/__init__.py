@@ -11,7 +11,8 @@ device, so the same call is right on CPU and CUDA hosts.
 
 Every change to another package, here and elsewhere in libai_ext, goes through ``patching``: the
 registry that declares it and can undo it (``applied_patches()``, ``restoring_patches()``).  Importing
-this package loads neither OneFlow nor LiBai (``patching`` is standard library only).
+this package loads neither OneFlow nor LiBai (``patching`` is standard library only).  May import
+OneFlow and LiBai; of libai_ext only ``random.modes`` (a mode a repair reads when called).
 """
 import importlib
 import logging
