@@ -47,10 +47,11 @@ LIBAI_MAIN_TESTS ?= tests/test_compat.py tests/test_environment.py tests/test_ba
   tests/test_checkpoint_commit.py tests/test_checkpoint_faults.py tests/test_preemption.py \
   tests/test_launcher_lifetime.py tests/test_gpu_host.py tests/test_config_keys.py tests/test_graph_libai.py \
   tests/test_vocab_padding.py tests/test_libai_main_configs.py tests/test_random_ops.py tests/test_random_op_layouts.py \
-  tests/test_libai_projects.py tests/test_augmentation_keying.py
+  tests/test_libai_projects.py tests/test_augmentation_keying.py \
+  tests/test_patch_registry.py
 LIBAI_MAIN_LONG_TESTS ?= tests/test_checkpoint_faults.py tests/test_preemption.py tests/test_zoo_equivalence.py \
   tests/test_libai_main_configs.py tests/test_random_op_layouts.py tests/test_resume.py tests/test_elastic_resume.py \
-  tests/test_stage0_loading.py tests/test_libai_projects.py
+  tests/test_stage0_loading.py tests/test_libai_projects.py tests/test_patch_registry.py
 
 .PHONY: setup setup-libai-main demo test test-all test-libai-main clean-venv
 

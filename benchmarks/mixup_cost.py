@@ -36,7 +36,7 @@ def time_get_batch(calls, micro_batch, image_size, out_path):
     from libai_ext.data import build_mixup
     from libai_ext.random import modes
 
-    libai_ext.apply_cpu_patches()
+    libai_ext.apply_patches()
     dist.setup_dist_util(DictConfig({"data_parallel_size": flow.env.get_world_size(), "tensor_parallel_size": 1,
                                      "pipeline_parallel_size": 1, "pipeline_num_layers": 1}))
     sync = flow._oneflow_internal.eager.Sync

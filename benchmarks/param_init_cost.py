@@ -31,7 +31,7 @@ def setup_single_rank():
 
     import libai_ext
 
-    libai_ext.apply_cpu_patches()
+    libai_ext.apply_patches()
     dist.setup_dist_util(DictConfig({"data_parallel_size": 1, "tensor_parallel_size": 1,
                                      "pipeline_parallel_size": 1, "pipeline_num_layers": 1}))
 

@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 # public name -> the module that defines it
 _EXPORTS = {
-    "apply_cpu_patches": ".compat", "apply_patches": ".compat",
+    "apply_patches": ".compat", "applied_patches": ".compat", "restoring_patches": ".compat",
     "GlobalOrderBatchSampler": ".data", "KeyedAugmentation": ".data",
     "ConsistentBatchTrainer": ".engine", "GlobalMixup": ".engine", "mixup_step": ".engine",
     "CheckpointDamaged": ".engine", "CommittedCheckpointer": ".engine", "die_with_launcher": ".engine",

@@ -87,6 +87,19 @@ KEYS = (
               "written for LiBai 0.1.1 lacks it", LIBAI_MAIN),
 )
 
+# What the tools call "stock" (train.trainer=libai.engine.DefaultTrainer): LiBai's trainer, not LiBai's tool.
+STOCK_TRAINER = "libai.engine.DefaultTrainer"
+STOCK_MEANING = ("stock: LiBai's own DefaultTrainer, run through libai_ext's train_net, so with libai_ext's repairs "
+                 "of LiBai's CPU and start-up traps (libai_ext.apply_patches) and its seeding (train.seed, "
+                 "train.seed_scope); LiBai's own tools/train_net.py seeds seed + rank (LiBai main) or nothing (0.1.1)")
+
+
+def is_stock(trainer):
+    """``train.trainer`` (a dotted path or a class) names LiBai's own DefaultTrainer."""
+    name = trainer if isinstance(trainer, str) else f"{trainer.__module__}.{trainer.__qualname__}"
+    return name in (STOCK_TRAINER, "libai.engine.default.DefaultTrainer")
+
+
 NAME_WIDTH = 30
 
 

@@ -11,7 +11,7 @@ from libai_ext import ConsistentBatchTrainer
 
 @pytest.fixture(autouse=True)
 def two_layers():
-    libai_ext.apply_cpu_patches()
+    libai_ext.apply_patches()
     dist.setup_dist_util(DictConfig({"data_parallel_size": 1, "tensor_parallel_size": 1,
                                      "pipeline_parallel_size": 1, "pipeline_num_layers": 2}))
 

@@ -312,7 +312,7 @@ def one_rank_demo():
     from libai.config import LazyConfig
     from libai.utils import distributed as dist
 
-    libai_ext.apply_cpu_patches()
+    libai_ext.apply_patches()
     cfg = LazyConfig.load(os.path.join(ROOT, "configs", "demo_pipeline_cpu.py"))
     cfg.train.dist.pipeline_parallel_size = 1
     dist.setup_dist_util(cfg.train.dist)

@@ -28,7 +28,7 @@ LINES = [libai_v0_1, libai_main]
 @pytest.fixture
 def fresh_patches(monkeypatch):
     """Run a test's patches against an empty record; every replaced LiBai attribute is restored."""
-    monkeypatch.setattr(patching, "_applied", {})
+    monkeypatch.setattr(patching, "_applied", [])
     for owner, name in [(default_module, "_compile_dependencies"), (dist, "ttol"),
                         (evaluation_utils, "pad_batch"), (evaluator_module, "pad_batch")]:
         monkeypatch.setattr(owner, name, getattr(owner, name))
@@ -300,10 +300,10 @@ def test_first_layer_of_stage_reads_libai_table():
 
 # --- the entry point ------------------------------------------------------------------------------
 
-def test_apply_patches_is_idempotent_and_keeps_its_old_name():
+def test_apply_patches_is_idempotent():
     first = compat.apply_patches()
-    assert compat.apply_cpu_patches() == first
-    assert compat.cpu_patches_applied() == first
+    assert compat.apply_patches() == first
+    assert compat.patches_applied() == first
     assert "libai.evaluation.utils.pad_batch" in first
     assert "libai.layers.layer_norm.LayerNorm.forward" in first
     assert ("libai.utils.distributed.ttol" in first) == (not detect.ttol_takes_device())

@@ -103,7 +103,7 @@ def build_on_one_rank(cfg):
 
     import libai_ext
 
-    libai_ext.apply_cpu_patches()
+    libai_ext.apply_patches()
     dist.setup_dist_util(DictConfig({"data_parallel_size": 1, "tensor_parallel_size": 1,
                                      "pipeline_parallel_size": 1,
                                      "pipeline_num_layers": cfg.train.dist.pipeline_num_layers}))

@@ -576,7 +576,7 @@ README_LANDMARKS = {
     "the three lines of a script of one's own": (re.compile(r"^libai_ext\.seed_from_config\(cfg\)", re.M), 60),
     "what stock means": (re.compile(r"\*\*\"Stock\"\*\* in these pages is LiBai's `DefaultTrainer`", re.M), 60),
     "what is refused": (re.compile(r"\*\*Refused\*\*", re.M), 60),
-    "the patch table": (re.compile(r"docs/architecture\.md#patches"), 60),
+    "the patch table": (re.compile(r"docs/architecture\.md#every-change-to-oneflow-libai-and-the-process"), 60),
     "the limits": (re.compile(r"^## Limits\b", re.M), 119),
 }
 # The README's sections, in the order a LiBai user needs them (words each heading holds).

@@ -21,8 +21,8 @@ def test_cpu_patches_are_applied_and_idempotent():
     import libai_ext
     from libai.utils import distributed as dist
 
-    first = libai_ext.apply_cpu_patches()
-    assert libai_ext.apply_cpu_patches() == first
+    first = libai_ext.apply_patches()
+    assert libai_ext.apply_patches() == first
     # Decided by the installed LiBai and the tensor's device, the same on CPU and CUDA hosts
     # (tests/test_compat.py has each branch).
     assert "libai.engine.default._compile_dependencies" in first
@@ -39,7 +39,7 @@ def test_layer_norm_patch_matches_reference():
     from libai.utils import distributed as dist
     from omegaconf import DictConfig
 
-    libai_ext.apply_cpu_patches()
+    libai_ext.apply_patches()
     dist.setup_dist_util(DictConfig({"data_parallel_size": 1, "tensor_parallel_size": 1,
                                      "pipeline_parallel_size": 1, "pipeline_num_layers": 1}))
     norm = LayerNorm(6)

@@ -24,7 +24,7 @@ BATCH, CLASSES, HW = 32, 10, (8, 6)
 
 @pytest.fixture(autouse=True)
 def one_rank():
-    libai_ext.apply_cpu_patches()
+    libai_ext.apply_patches()
     dist.setup_dist_util(DictConfig({"data_parallel_size": 1, "tensor_parallel_size": 1,
                                      "pipeline_parallel_size": 1, "pipeline_num_layers": 2}))
 

@@ -11,22 +11,11 @@ import sys
 import textwrap
 
 from .. import __version__
+from ..config_keys import STOCK_MEANING, STOCK_TRAINER, is_stock  # noqa: F401 (the tools' names)
 
 OVERRIDES_DEST = "opts"
 EXIT_USAGE = 2
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# What the tools call "stock" (train.trainer=libai.engine.DefaultTrainer): LiBai's trainer, not LiBai's tool.
-STOCK_TRAINER = "libai.engine.DefaultTrainer"
-STOCK_MEANING = ("stock: LiBai's own DefaultTrainer, run through libai_ext's train_net, so with libai_ext's repairs "
-                 "of LiBai's CPU and start-up traps (libai_ext.apply_patches) and its seeding (train.seed, "
-                 "train.seed_scope); LiBai's own tools/train_net.py seeds seed + rank (LiBai main) or nothing (0.1.1)")
-
-
-def is_stock(trainer):
-    """``train.trainer`` (a dotted path or a class) names LiBai's own DefaultTrainer."""
-    name = trainer if isinstance(trainer, str) else f"{trainer.__module__}.{trainer.__qualname__}"
-    return name in (STOCK_TRAINER, "libai.engine.default.DefaultTrainer")
-
 
 def is_override(word):
     """``key=value`` words: a ``=`` and no leading ``-`` (``--opt=value`` is an option)."""

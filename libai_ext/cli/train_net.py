@@ -51,6 +51,9 @@ EXAMPLES = (
     "# 1 rank, 20 iterations with two evaluations: does the config run at all?",
     "libai-ext-train --config-file configs/demo_swin_digits_cpu.py --fast-dev-run",
     "",
+    "# what libai_ext changes in OneFlow, LiBai and the process for that config, without training",
+    "libai-ext-train --config-file configs/demo_swin_digits_cpu.py --list-patches",
+    "",
     "# 2 CPU ranks, a 2-stage pipeline (from a checkout: tools/train_net.py is the same tool)",
     "python -m oneflow.distributed.launch --nproc_per_node 2 tools/train_net.py \\",
     "    --config-file configs/demo_pipeline_cpu.py",
@@ -84,6 +87,10 @@ def build_parser():
     parser.add_argument("--eval-only", action="store_true",
                         help="evaluate the model of the last checkpoint (--resume) or of train.load_weight, "
                              "then stop (default: off)")
+    parser.add_argument("--list-patches", action="store_true",
+                        help="print every change libai_ext makes to OneFlow, LiBai and this process for this config "
+                             "on the installed LiBai and device (why, how to turn it off, its test), then stop "
+                             "without training (default: off)")
     parser.add_argument("--fast-dev-run", action="store_true",
                         help=f"a quick trial run, as LiBai's own train_net: sets {fast} after the overrides "
                              "(default: off)")
@@ -110,7 +117,7 @@ def main(argv=None):
     wait_for_rank0_bootstrap()  # before OneFlow's import, which bootstraps the job
     from ..engine import launch  # OneFlow and LiBai from here on
 
-    launch.exit_on_error(launch.main, args)
+    launch.exit_on_error(launch.print_patch_table if args.list_patches else launch.main, args)
     return 0
 
 

@@ -8,23 +8,28 @@ T5 tokenizer set-up declares but never counts.
 ``detect`` reads from the installed package what it lacks; ``apply_patches()`` applies each
 repair only where it is needed, and the device traps decide per call from the tensor's own
 device, so the same call is right on CPU and CUDA hosts.
+
+Every change to another package, here and elsewhere in libai_ext, goes through ``patching``: the
+registry that declares it and can undo it (``applied_patches()``, ``restoring_patches()``).  Importing
+this package loads neither OneFlow nor LiBai (``patching`` is standard library only).  May import
+OneFlow and LiBai; of libai_ext only ``random.modes`` (a mode a repair reads when called).
 """
+import importlib
 import logging
 
-from omegaconf import OmegaConf
-
-from . import compile_step, cpu_bias_gelu, cpu_layer_norm, cuda_placements, graph_proxy_v0_1, special_tokens, swin_v0_1
-from .detect import libai_line
-from .patching import applied
+from .patching import applied, applied_patches, restoring as restoring_patches
 
 logger = logging.getLogger(__name__)
 
 
 def apply_patches():
-    """Apply every repair the installed LiBai needs; explicit and idempotent.
+    """Apply the registry's repairs for the installed LiBai line and device; explicit and idempotent.
 
-    Returns the names of the LiBai attributes replaced so far.
+    Returns the names of the attributes replaced so far.
     """
+    from . import (compile_step, cpu_bias_gelu, cpu_layer_norm, cuda_placements, graph_proxy_v0_1, special_tokens,
+                   swin_v0_1)
+
     compile_step.apply()
     cuda_placements.apply()
     cpu_layer_norm.apply()
@@ -36,7 +41,7 @@ def apply_patches():
 
 
 def patches_applied():
-    """Names of the LiBai attributes replaced by ``apply_patches``."""
+    """Names of the attributes libai_ext replaced (``applied_patches()`` says why and how to turn each off)."""
     return sorted(applied())
 
 
@@ -47,6 +52,8 @@ def fill_missing_config_keys(cfg, line=None):
     ``libai_main.missing_config_keys`` for the values) instead of failing in
     ``DefaultTrainer.__init__``.  Keys the config sets are never changed.
     """
+    from omegaconf import OmegaConf
+
     missing = (line or libai_line()).missing_config_keys(cfg)
     for key, value in missing.items():
         OmegaConf.update(cfg, key, value, merge=True, force_add=True)
@@ -56,9 +63,10 @@ def fill_missing_config_keys(cfg, line=None):
     return missing
 
 
-# The names before the patches stopped being CPU-only (tools and user scripts call them).
-apply_cpu_patches = apply_patches
-cpu_patches_applied = patches_applied
+def libai_line():
+    """The module describing the installed LiBai line (``libai_v0_1`` or ``libai_main``)."""
+    return importlib.import_module(".detect", __name__).libai_line()
 
-__all__ = ["apply_cpu_patches", "apply_patches", "cpu_patches_applied", "fill_missing_config_keys", "libai_line",
-           "patches_applied"]
+
+__all__ = ["applied_patches", "apply_patches", "fill_missing_config_keys", "libai_line", "patches_applied",
+           "restoring_patches"]

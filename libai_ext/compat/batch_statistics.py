@@ -101,4 +101,4 @@ def route_batch_statistics():
     for name, replacement in (("normalization", normalization), ("normalization_add_relu", normalization_add_relu)):
         _kernels.setdefault(name, getattr(flow._C, name))
         replace(flow._C, name, replacement, "BatchNorm over the global batch under layout_invariant "
-                "(OneFlow 0.9.0 normalises each data-parallel shard with its own statistics)")
+                "(OneFlow 0.9.0 normalises each data-parallel shard with its own statistics)", patch="batch_statistics")

@@ -28,5 +28,5 @@ def apply(compile_step_can_run=None):
     if compile_step_can_run:
         return False
     replace(default_module, "_compile_dependencies", skip_compile_dependencies,
-            "no Makefile in the installed libai/data/data_utils")
+            "no Makefile in the installed libai/data/data_utils", patch="compile_step")
     return True

@@ -29,4 +29,4 @@ def dispatching_bias_add_gelu(fused):
 
 def apply():
     replace(flow._C, "fused_bias_add_gelu", dispatching_bias_add_gelu(flow._C.fused_bias_add_gelu),
-            "fused_bias_add_gelu has no CPU kernel in OneFlow 0.9.0 (LiBai's Swin hard-codes it)")
+            "fused_bias_add_gelu has no CPU kernel in OneFlow 0.9.0 (LiBai's Swin hard-codes it)", patch="cpu_bias_gelu")

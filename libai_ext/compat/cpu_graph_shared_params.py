@@ -18,6 +18,8 @@ import contextlib
 import oneflow as flow
 from oneflow.nn.graph.proxy import ProxyTensor
 
+from . import patching
+
 
 def _proxy_tensors(proxy):
     for tensor in list(proxy._parameters.values()) + list(proxy._buffers.values()):
@@ -49,8 +51,5 @@ def parameters_copied_across_stages(graph):
             tensor = flow._C.identity(tensor)
         return original(tensor, *args, **kwargs)
 
-    flow.Tensor.to_global = to_global
-    try:
+    with patching.temporarily([(flow.Tensor, "to_global", to_global)], "graph_shared_params"):
         yield
-    finally:
-        flow.Tensor.to_global = original

@@ -37,4 +37,4 @@ def apply():
     from libai.layers.layer_norm import LayerNorm
 
     replace(LayerNorm, "forward", dispatching_forward(LayerNorm.forward),
-            "layer_norm_affine has no CPU kernel in OneFlow 0.9.0")
+            "layer_norm_affine has no CPU kernel in OneFlow 0.9.0", patch="cpu_layer_norm")

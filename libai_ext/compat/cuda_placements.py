@@ -82,8 +82,8 @@ def apply(ttol_takes_device=None):
     if ttol_takes_device is None:
         ttol_takes_device = detect.ttol_takes_device()
     if not ttol_takes_device:
-        replace(dist, "ttol", global_to_local, "ttol hard-codes a 'cuda' placement")
+        replace(dist, "ttol", global_to_local, "ttol hard-codes a 'cuda' placement", patch="cuda_placements")
     # The evaluator imported pad_batch by name, so both references are replaced.
     reason = "pad_batch pads on 'cuda' whatever the batch's device"
-    replace(evaluation_utils, "pad_batch", pad_last_batch, reason)
-    replace(evaluator_module, "pad_batch", pad_last_batch, reason)
+    replace(evaluation_utils, "pad_batch", pad_last_batch, reason, patch="cuda_placements")
+    replace(evaluator_module, "pad_batch", pad_last_batch, reason, patch="cuda_placements")

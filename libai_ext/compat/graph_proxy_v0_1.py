@@ -94,5 +94,5 @@ def apply(needed=None):
     changed = False
     for owner, name, getter in ((ProxyModule, "origin", _module_origin), (ProxyTensor, "origin", _tensor_origin),
                                 (ProxyModule, "config", _module_config), (ProxyTensor, "config", _tensor_config)):
-        changed |= replace(owner, name, property(getter), REASON)
+        changed |= replace(owner, name, property(getter), REASON, patch="graph_proxy_v0_1")
     return changed

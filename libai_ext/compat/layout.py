@@ -46,7 +46,7 @@ def layer_placement(layer_idx, device_type=None):
     return flow.placement(device_type, placement.ranks.tolist())
 
 
-def rank_coordinates(rank):
+def layout_coordinates(rank):
     """``(stage, data-parallel index, tensor-parallel index)`` of ``rank`` in LiBai's layout.
 
     LiBai lays stage ``s`` over ranks ``[s*n, (s+1)*n)`` (``n = dp * tp``) as a
@@ -65,7 +65,7 @@ def placement_data_parallel_rank():
     main takes that modulo dp), which under pipeline parallelism makes two shards of
     stage 0 read the same samples.
     """
-    return rank_coordinates(flow.env.get_rank())[1]
+    return layout_coordinates(flow.env.get_rank())[1]
 
 
 def parallel_layout():

@@ -78,4 +78,4 @@ def apply():
         module = importlib.import_module(name)
         if getattr(module, "build_tokenizer", None) is original:
             replace(module, "build_tokenizer", wrapped,
-                    "declared special tokens (T5's) join the vocabulary before its size is fixed")
+                    "declared special tokens (T5's) join the vocabulary before its size is fixed", patch="special_tokens")

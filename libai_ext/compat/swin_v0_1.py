@@ -122,9 +122,9 @@ def apply(view_repair=None, layer_index=None):
     if needs_view_repair(swin) if view_repair is None else view_repair:
         reason = "window_partition/window_reverse call .view after .permute (OneFlow 0.9.0 refuses it)"
         made += [name for name, fn in (("window_partition", window_partition), ("window_reverse", window_reverse))
-                 if replace(swin, name, fn, reason)]
+                 if replace(swin, name, fn, reason, patch="swin_v0_1")]
     if lacks_layer_index(swin) if layer_index is None else layer_index:
         if replace(swin.SwinTransformer, "__init__", _staged_init(swin.SwinTransformer.__init__),
-                   "SwinTransformer's blocks have no pipeline layer index (all on stage 0)"):
+                   "SwinTransformer's blocks have no pipeline layer index (all on stage 0)", patch="swin_v0_1"):
             made.append("SwinTransformer.__init__")
     return made

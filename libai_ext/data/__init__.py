@@ -1,7 +1,7 @@
 """Datasets for LiBai runs: CIFAR-100 from its standard folder, a bundled digits stand-in, real text
 for LiBai's GPT-2 and BERT (built offline with LiBai's preprocess tool), and the layout-invariant
 data order (global-order train and test samplers, per-sample keyed augmentation, the train
-position that checkpoints save)."""
+position that checkpoints save).  May import ``random`` (the data keys) and ``compat``."""
 from .cifar import CIFAR100Folder
 from .digits import (
     DIGITS_NUM_CLASSES,

@@ -1,3 +1,8 @@
+"""The trainer and what runs around it: the batch path, checkpoint and resume, process lifetime (launch,
+preemption, the launcher's end, collectives), config checks and graph mode (docs/architecture.md).
+
+May import ``compat``, ``random``, ``layers``, ``data`` and the top-level modules; never ``cli`` or ``testing``.
+"""
 from .batch import consistent_batch
 from .checkpoint import CommittedCheckpointer, CommittedPeriodicCheckpointer
 from .checkpoint_files import CheckpointDamaged

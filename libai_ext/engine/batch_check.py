@@ -29,7 +29,7 @@ from ..compat import get_batch_api, libai_line
 from .batch import apply_mixup, check_fields, reraise_worker_error
 from .global_mixup import split_mixup
 from .stage0_loading import Stage0Batch
-from ..compat.layout import rank_coordinates
+from ..compat.layout import layout_coordinates
 from .trainer import ConsistentBatchTrainer
 
 BATCH_CHECK_MODES = ("off", "first", "every")
@@ -70,7 +70,7 @@ def source_ranks(trainer_cls, line=None):
     groups = {}
     from_stage0 = batches_from_stage0(trainer_cls, line)
     for rank in range(dist.get_world_size()):
-        stage, dp_index, tp_index = rank_coordinates(rank)
+        stage, dp_index, tp_index = layout_coordinates(rank)
         if from_stage0 and (stage, tp_index) != (0, 0):
             continue
         groups.setdefault(dp_index, []).append(rank)

@@ -26,16 +26,15 @@ from libai.config import try_get_key
 from libai.engine import hooks
 
 from ..random.rng_state import RNGStateCheckpointer
-from ..testing.fault_injection import fault_point, weights_being_written
+from ..fault_points import fault_point, weights_being_written
 from .agreement import agree_on, barrier
 from .checkpoint_files import (
-    EXTENSION_ENTRY, MANIFEST, RETIRED_SUFFIX, CheckpointDamaged, build_manifest, fsync_dir, flush_to_disk,
-    manifest_problems, read_manifest, rng_state_path, staging_name, tensor_file_problems, write_json_atomically,
-    write_text_atomically,
+    EXTENSION_ENTRY, MANIFEST, RETIRED_SUFFIX, CheckpointDamaged, build_manifest, checkpoint_name,
+    fsync_dir, flush_to_disk, manifest_problems, read_last_checkpoint, read_manifest, rng_state_path, staging_name,
+    tensor_file_problems, write_json_atomically, write_last_checkpoint,
 )
 
 logger = logging.getLogger(__name__)
-LAST_CHECKPOINT = "last_checkpoint"
 
 
 class CommittedCheckpointer(RNGStateCheckpointer):
@@ -101,7 +100,7 @@ class CommittedCheckpointer(RNGStateCheckpointer):
             self._tag_wanted = True
             return
         if flow.env.get_rank() == 0:
-            write_text_atomically(os.path.join(self.save_dir, LAST_CHECKPOINT), last_filename_basename)
+            write_last_checkpoint(self.save_dir, last_filename_basename)
 
     def _scheduler_iteration(self):
         scheduler = self.checkpointables.get("lr_scheduler")
@@ -123,7 +122,7 @@ class CommittedCheckpointer(RNGStateCheckpointer):
         replace_folder(staged, os.path.join(self.save_dir, name))
         fsync_dir(self.save_dir)
         if tag:
-            write_text_atomically(os.path.join(self.save_dir, LAST_CHECKPOINT), name)
+            write_last_checkpoint(self.save_dir, name)
         logger.info(f"committed checkpoint {os.path.join(self.save_dir, name)} ({len(manifest['files'])} files"
                     f"{', CRC-32' if self.checksums else ''})")
 
@@ -207,7 +206,7 @@ class CommittedPeriodicCheckpointer(hooks.PeriodicCheckpointer):
     def step(self, iteration, **kwargs):
         super().step(iteration, **kwargs)
         if self.keep is not None and (int(iteration) + 1) % self.period == 0:
-            self.saved.append(f"{self.file_prefix}_{int(iteration):07d}")
+            self.saved.append(checkpoint_name(iteration, self.file_prefix))
             self._delete_beyond_keep()
 
     def _delete_beyond_keep(self):
@@ -216,7 +215,7 @@ class CommittedPeriodicCheckpointer(hooks.PeriodicCheckpointer):
         if not _is_committed(newest):
             logger.warning(f"{newest} is not committed: no older checkpoint is deleted")
             return
-        pointer = _read_pointer(save_dir)
+        pointer = read_last_checkpoint(save_dir)
         while len(self.saved) > self.keep:
             old = self.saved.pop(0)
             if flow.env.get_rank() == 0 and old != pointer and os.path.isdir(os.path.join(save_dir, old)):
@@ -229,13 +228,6 @@ def _is_committed(folder):
     except CheckpointDamaged:
         return False
 
-
-def _read_pointer(save_dir):
-    try:
-        with open(os.path.join(save_dir, LAST_CHECKPOINT)) as f:
-            return f.read().strip()
-    except OSError:
-        return None
 
 
 def use_committed_checkpoints(trainer):

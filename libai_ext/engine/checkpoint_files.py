@@ -29,6 +29,8 @@ RNG_STATE_DIR = f"{EXTENSION_ENTRY}/rng_state"
 STAGING_SUFFIX = ".uncommitted"
 RETIRED_SUFFIX = ".retired"
 MANIFEST_FORMAT = "libai_ext-checkpoint/1"
+LAST_CHECKPOINT = "last_checkpoint"  # LiBai's: the name of the checkpoint a resume loads
+CHECKPOINT_PREFIX = "model"  # LiBai's periodic checkpoints: model_<iteration, 7 digits>
 _CHUNK = 8 << 20
 _NUMBERED = re.compile(r"_(\d+)$")
 
@@ -154,6 +156,25 @@ def write_text_atomically(path, text):
         os.fsync(f.fileno())
     os.replace(tmp, path)
     fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def checkpoint_name(iteration, prefix=CHECKPOINT_PREFIX):
+    """The folder name LiBai gives the checkpoint of ``iteration``."""
+    return f"{prefix}_{int(iteration):07d}"
+
+
+def read_last_checkpoint(save_dir):
+    """The checkpoint name ``last_checkpoint`` holds; None when there is none (or it is empty)."""
+    try:
+        with open(os.path.join(save_dir, LAST_CHECKPOINT)) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def write_last_checkpoint(save_dir, name):
+    """Point ``last_checkpoint`` at ``name``, atomically."""
+    write_text_atomically(os.path.join(save_dir, LAST_CHECKPOINT), name)
 
 
 def read_manifest(folder):

@@ -83,16 +83,23 @@ def check_graph_options(fp16=False, zero_optim=False, grad_acc_steps=1, data_par
             "layout with only one of them (dp x pp or tp x pp work in graph mode).")
 
 
-def check_graph_config(cfg):
-    """``check_graph_options`` on a config's keys, for a train graph of any class, in LiBai's layout."""
+def check_graph_config(cfg, layout_set_up=True):
+    """``check_graph_options`` on a config's keys, for a train graph of any class, in LiBai's layout (before it is
+    set up, ``layout_set_up=False``: sized from the config and the world size as LiBai will size it)."""
     from libai.config import try_get_key
 
-    util = dist.get_dist_util()
+    if layout_set_up:
+        util = dist.get_dist_util()
+        dp, tp, cuda = util.data_parallel_size, util.tensor_parallel_size, placement_is_cuda()
+    else:
+        world = flow.env.get_world_size()
+        tp = min(try_get_key(cfg, "train.dist.tensor_parallel_size", default=1), world)
+        pp = min(try_get_key(cfg, "train.dist.pipeline_parallel_size", default=1), world // tp)
+        dp, cuda = world // (tp * pp), None
     check_graph_options(fp16=bool(try_get_key(cfg, "train.amp.enabled", default=False)),
                         zero_optim=bool(try_get_key(cfg, "train.zero_optimization.enabled", default=False)),
                         grad_acc_steps=try_get_key(cfg, "train.num_accumulation_steps", default=1) or 1,
-                        data_parallel_size=util.data_parallel_size, tensor_parallel_size=util.tensor_parallel_size,
-                        cuda=placement_is_cuda())
+                        data_parallel_size=dp, tensor_parallel_size=tp, cuda=cuda)
 
 
 def placement_is_cuda(placement=None):

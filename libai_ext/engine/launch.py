@@ -20,13 +20,13 @@ from libai.utils import distributed as dist
 from libai.utils.checkpoint import Checkpointer
 from libai.utils.logger import setup_logger
 
-from ..cli.common import STOCK_MEANING, is_stock
-from ..compat import apply_patches, fill_missing_config_keys
+from ..compat import apply_patches, fill_missing_config_keys, libai_line, patching
+from ..config_keys import STOCK_MEANING, is_stock
 from .batch_check import BATCH_CHECK_MODES, install_batch_check
-from .graph import check_graph_options
+from .graph import check_graph_config
 from .hooks import RawLossWriter
 from .key_guard import guard_config_keys
-from .launcher_lifetime import die_with_launcher
+from .launcher_lifetime import DISABLE_ENV, die_with_launcher, is_oneflow_launcher
 from .output_lock import claim_output_dir
 from .preemption import Preempted, preemption_settings
 from ..random import DEFAULT_RANDOMNESS, check_randomness
@@ -68,21 +68,9 @@ def check_config(cfg):
     if batch_check not in BATCH_CHECK_MODES:
         raise ValueError(f"train.batch_check={batch_check!r} is not one of {BATCH_CHECK_MODES}")
     if try_get_key(cfg, "graph.enabled", default=False):
-        check_graph_config(cfg)
+        check_graph_config(cfg, layout_set_up=False)
     preemption_settings(cfg)
     return trainer_cls
-
-
-def check_graph_config(cfg):
-    """The graph options this host cannot run, refused from the config alone (LiBai's sizing rules)."""
-    world = flow.env.get_world_size()
-    tp = min(try_get_key(cfg, "train.dist.tensor_parallel_size", default=1), world)
-    pp = min(try_get_key(cfg, "train.dist.pipeline_parallel_size", default=1), world // tp)
-    check_graph_options(
-        fp16=try_get_key(cfg, "train.amp.enabled", default=False),
-        zero_optim=try_get_key(cfg, "train.zero_optimization.enabled", default=False),
-        grad_acc_steps=try_get_key(cfg, "train.num_accumulation_steps", default=None) or 1,
-        data_parallel_size=world // (tp * pp), tensor_parallel_size=tp)
 
 
 def evaluate_only(cfg, args, trainer_cls):
@@ -148,7 +136,49 @@ def main(args):
     cfg, trainer_cls = setup(args)
     if args.eval_only:
         return evaluate_only(cfg, args, trainer_cls)
-    return train(cfg, trainer_cls, build_trainer(cfg, trainer_cls))
+    trainer = build_trainer(cfg, trainer_cls)
+    if dist.is_main_process():
+        logger.info(patching.summary())
+    return train(cfg, trainer_cls, trainer)
+
+
+def planned_patches(args):
+    """The patches a run of ``args``'s config makes on this LiBai line and device, without training: the
+    repairs as ``apply_patches()`` makes them (then undone), and what the trainer adds as it runs."""
+    cfg = load_config(args)
+    trainer_cls = check_config(cfg)
+    with patching.restoring():
+        fill_missing_config_keys(cfg)
+        apply_patches()
+        rows = patching.applied_patches()
+    later = []
+    if is_oneflow_launcher(os.getppid()) and os.environ.get(DISABLE_ENV, "1") != "0":
+        later.append("die_with_launcher")
+    if not is_stock(trainer_cls):
+        randomness = try_get_key(cfg, "train.randomness", default=DEFAULT_RANDOMNESS)
+        later += ["init_recording"] if randomness == "layout_invariant" else []
+        later += ["random_op_routing", "first_forward_check"]
+        if try_get_key(cfg, "graph.enabled", default=False) and \
+                try_get_key(cfg, "train.dist.device_type", default="cpu") == "cpu":
+            later.append("graph_shared_params")
+        if preemption_settings(cfg)[0]:
+            later += ["preemption_signals", "fork_hook"]
+    return rows, [patching.DECLARED[key] for key in later]
+
+
+def print_patch_table(args):
+    """``libai-ext-train --list-patches``: the table, on stdout."""
+    rows, later = planned_patches(args)
+    by_patch = {}
+    for row in rows:
+        by_patch.setdefault(row["patch"], dict(row, targets=[]))["targets"].append(row["target"])
+    print(f"libai_ext patches for {args.config_file} on {libai_line().NAME}, "
+          f"{flow.env.get_world_size()} rank(s) here")
+    print("\nmade at start-up (libai_ext.apply_patches):")
+    print(patching.table_text([dict(row, target=", ".join(row["targets"])) for row in by_patch.values()]) or "  none")
+    print("\nmade by the trainer as it runs:")
+    print(patching.table_text(later) or "  none")
+    return 0
 
 
 def exit_on_error(fn, *args):
@@ -174,9 +204,3 @@ def end_now(code):
     sys.stderr.flush()
     os._exit(code)
 
-
-def cli(argv=None):
-    """``libai-ext-train``'s entry point, kept for scripts that call it from here."""
-    from ..cli.train_net import main as train_net_main
-
-    return train_net_main(argv)

@@ -185,4 +185,5 @@ def record_every_trainer():
         return train(self)
 
     replace(DefaultTrainer, "train", recorded_train,
-            "libai-ext-check-equivalence --script: the trainers a project's script builds record their modules")
+            "libai-ext-check-equivalence --script: the trainers a project's script builds record their modules",
+            patch="script_recording")

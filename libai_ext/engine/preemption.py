@@ -26,12 +26,12 @@ import os
 from libai.config import try_get_key
 from libai.engine.hooks import HookBase
 
-from ..testing.fault_injection import fault_point
+from ..fault_points import fault_point
 from .agreement import any_rank, flags_read, flags_sent
+from .checkpoint_files import checkpoint_name
 from .preemption_signals import DEFAULT_GRACE_S, DEFAULT_SIGNALS, EXIT_PREEMPTED, PreemptionWatcher, parse_signals
 
 logger = logging.getLogger(__name__)
-CHECKPOINT_PREFIX = "model"
 _training = None  # the watcher of the training under way in this process: evaluations agree through it
 
 
@@ -61,10 +61,6 @@ def preemption_settings(cfg):
     if isinstance(grace_s, bool) or not isinstance(grace_s, (int, float)) or grace_s <= 0:
         raise ValueError(f"train.preemption.grace_s={grace_s!r} must be a positive number of seconds")
     return enabled and bool(signals), signals, float(grace_s)
-
-
-def checkpoint_name(iteration):
-    return f"{CHECKPOINT_PREFIX}_{int(iteration):07d}"
 
 
 class PreemptionHook(HookBase):

@@ -33,7 +33,8 @@ import signal
 import threading
 import time
 
-from .launcher_lifetime import DISABLE_ENV, is_oneflow_launcher, process_argv, set_parent_death_signal
+from .launcher_lifetime import (DISABLE_ENV, change_undone, is_oneflow_launcher, process_argv, record_change,
+                               set_parent_death_signal)
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ SETTLE_S = 0.5
 LAUNCHER_ENDED = signal.SIGRTMIN + 6
 _WAKE = 0  # a byte on the wakeup pipe that is no signal: re-read the state
 _ARMED = None  # the watcher armed in this process
+SIGNALS_TARGET = "signal handlers (train.preemption.signals, the launcher's end), signal.set_wakeup_fd"
 _RESERVED = {signal.SIGKILL: "cannot be caught", signal.SIGSTOP: "cannot be caught",
              signal.SIGALRM: "is the grace period's timer", LAUNCHER_ENDED: "is the launcher's end"}
 
@@ -80,7 +82,17 @@ def _forget_in_child():
         watcher._release_in_child()
 
 
-os.register_at_fork(after_in_child=_forget_in_child)
+_fork_hook_registered = False
+
+
+def _register_fork_hook():
+    # Python cannot unregister an at-fork hook: registered once, when a watcher first arms; with no
+    # watcher armed it does nothing.
+    global _fork_hook_registered
+    if not _fork_hook_registered:
+        os.register_at_fork(after_in_child=_forget_in_child)
+        _fork_hook_registered = True
+    record_change("fork_hook", "os.register_at_fork(after_in_child)", lambda: None)
 
 
 def _name(sig):
@@ -222,6 +234,8 @@ class PreemptionWatcher:
             self._previous[sig] = signal.signal(sig, self._on_signal)
         self._armed = True
         _ARMED = self
+        _register_fork_hook()
+        record_change("preemption_signals", SIGNALS_TARGET, self.disarm)
         self._thread = threading.Thread(target=self._read_signals, name="libai_ext-preemption", daemon=True)
         self._thread.start()
         if self._tied:
@@ -247,6 +261,7 @@ class PreemptionWatcher:
         for fd in self._pipe:
             os.close(fd)
         _ARMED = None
+        change_undone(SIGNALS_TARGET)
         if self._tied and os.getppid() != self.launcher:
             self._kill_now("its launcher ended")
 

@@ -22,10 +22,10 @@ from typing import List, Optional, Tuple
 from libai.config import try_get_key
 
 from .agreement import agree_on, barrier
-from .checkpoint import LAST_CHECKPOINT, checkpoint_problems
+from .checkpoint import checkpoint_problems
 from .checkpoint_files import (
-    RETIRED_SUFFIX, CheckpointDamaged, is_retired, is_staging, numbered_iteration, read_manifest,
-    write_text_atomically,
+    LAST_CHECKPOINT, RETIRED_SUFFIX, CheckpointDamaged, checkpoint_name, is_retired, is_staging, numbered_iteration,
+    read_last_checkpoint, read_manifest, write_last_checkpoint,
 )
 
 logger = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ def scan_for_resume(output_dir, *, checksums):
     Folders without a commit record (stock LiBai's) are considered only where no checkpoint has
     one, checked against their tensor files' own metadata.
     """
-    choice = ResumeChoice(pointer=_read_pointer(output_dir))
+    choice = ResumeChoice(pointer=read_last_checkpoint(output_dir))
     names = sorted(n for n in os.listdir(output_dir) if os.path.isdir(os.path.join(output_dir, n))) \
         if os.path.isdir(output_dir) else []
     retired = _retired_commits(output_dir, names, choice.pointer, checksums)
@@ -162,19 +162,12 @@ def _apply(output_dir, choice):
         os.rename(os.path.join(output_dir, name + RETIRED_SUFFIX), os.path.join(output_dir, name))
     pointer = os.path.join(output_dir, LAST_CHECKPOINT)
     if choice.chosen is not None and choice.chosen != choice.pointer:
-        write_text_atomically(pointer, choice.chosen)
+        write_last_checkpoint(output_dir, choice.chosen)
     elif choice.chosen is None and os.path.exists(pointer):
         os.remove(pointer)  # it names nothing that can be resumed: LiBai must not read it
     for name in choice.leftovers:
         shutil.rmtree(os.path.join(output_dir, name), ignore_errors=True)
 
-
-def _read_pointer(output_dir):
-    try:
-        with open(os.path.join(output_dir, LAST_CHECKPOINT)) as f:
-            return f.read().strip() or None
-    except OSError:
-        return None
 
 
 def load_checkpoint_or_weights(trainer, resume):
@@ -216,11 +209,6 @@ def checkpoint_iteration(checkpoint_dir):
     return state["last_step"] - 1
 
 
-def _read(path):
-    with open(path) as f:
-        return f.read().strip()
-
-
 def continue_finished_run(cfg):
     """Let ``--resume`` continue from a checkpoint named by role, e.g. a finished run's ``model_final``.
 
@@ -235,18 +223,17 @@ def continue_finished_run(cfg):
     import oneflow as flow
 
     output_dir = cfg.train.output_dir
-    tag = os.path.join(output_dir, "last_checkpoint")
-    if not try_get_key(cfg, "train.resume", default=False) or not os.path.isfile(tag):
+    if not try_get_key(cfg, "train.resume", default=False):
         return
-    name = _read(tag)
-    if name.rpartition("_")[2].isdigit():
+    name = read_last_checkpoint(output_dir)
+    if name is None or name.rpartition("_")[2].isdigit():
         return
     last_iter = checkpoint_iteration(os.path.join(output_dir, name))
     if cfg.train.train_iter <= last_iter + 1 and not try_get_key(cfg, "train.train_epoch", default=0):
         raise ValueError(f"train.train_iter={cfg.train.train_iter}: the run in {output_dir!r} already trained "
                          f"up to iteration {last_iter} ({name}); set train.train_iter above {last_iter + 1} "
                          "to continue it")
-    numbered = f"model_{last_iter:07d}"
+    numbered = checkpoint_name(last_iter)
     flow.comm.barrier()  # every rank has read last_checkpoint before rank 0 rewrites it
     if flow.env.get_rank() == 0:
         _number_checkpoint(output_dir, name, numbered)
@@ -264,5 +251,4 @@ def _number_checkpoint(output_dir, name, numbered):
             os.rename(source, target)
         else:
             shutil.copytree(source, target)
-    with open(os.path.join(output_dir, "last_checkpoint"), "w") as f:
-        f.write(numbered)
+    write_last_checkpoint(output_dir, numbered)

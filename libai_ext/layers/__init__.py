@@ -1,6 +1,8 @@
 """SBP-correct stochastic layers (drop-in for flow.nn.Dropout and libai.layers.DropPath).
 
-Their randomness (modes, seed, streams) belongs to ``libai_ext.random``.
+Their randomness (modes, seed, streams) belongs to ``libai_ext.random``; the routing of OneFlow's random ops
+inside a forward (``stochastic_ops``, ``random_ops``) and the layers' draws inside ``nn.Graph`` (``graph_calls``)
+live here.  May import ``random`` and ``compat``.
 """
 from . import stochastic_ops
 from .conversion import convert_stochastic_layers

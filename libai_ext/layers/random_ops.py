@@ -14,7 +14,7 @@ OneFlow's results:
 
 ``random.audit.REFUSED``: the ops of the inventory no key makes layout-independent, with the
 reason the refusal gives.  Every op of ``random.oneflow_random_ops`` is in one of the two
-(``tests/test_random_op_inventory.py``).
+(``tests/test_random_ops.py``).
 """
 import inspect
 
@@ -22,8 +22,9 @@ import oneflow as flow
 
 from ..random import forward_draws as fd
 from ..random.audit import REFUSED
-from ..random.counter_rng import local_keep_mask
+from ..random.counter_rng import local_keep_mask, unit_closed_open, unit_open
 from ..random.forward_draws import Layout
+from ..random.global_index import replicated
 from .stochastic import apply_keep
 
 _DEFAULT_FLOAT = flow.float32
@@ -90,7 +91,7 @@ def _unit(call, x, transform, open_interval=False):
                       **_native_layout(x))
         u = flow.clamp(u, min=2.0 ** -53) if open_interval else u
         return layout.finish(transform(u).to(x.dtype))
-    unit = fd.unit_open if open_interval else fd.unit_closed_open
+    unit = unit_open if open_interval else unit_closed_open
     return fd.counter_values(draw, x.shape, layout, x.dtype, lambda bits: transform(unit(bits)))
 
 
@@ -374,7 +375,7 @@ def uniform_(call, original, args, kwargs):
 
 def _native_layout(x):
     if x.is_global:
-        return dict(placement=x.placement, sbp=fd.replicated(x.sbp))
+        return dict(placement=x.placement, sbp=replicated(x.sbp))
     return dict(device=x.device)
 
 

@@ -17,7 +17,7 @@ place in the step's global batch (gradient accumulation included); outside, the 
 draws ``(c, 0)``.  The stream is the module's qualified name once ``name_stochastic_layers(model)``
 ran (the trainer does it), otherwise its construction order.  ``train.seed`` itself keys them
 (never the per-scope seed), so replicas agree under every ``train.seed_scope``.  In a train
-graph that takes the step as an input (``graph_calls.StepFedGraph``: ``libai_ext.engine.GraphBase``,
+graph that takes the step as an input (``engine.graph.StepFedGraph``: ``libai_ext.engine.GraphBase``,
 and whatever graph ``ConsistentBatchTrainer`` builds), graph steps draw the masks eager "layout_invariant" steps draw, in both modes ("fast" is eager-only: see
 ``_drop_traced``).  A layer traced in a graph that does not give it the step is refused by name
 (``graph_calls.UnkeyedGraphDraw``): its mask would be frozen at trace time.
@@ -44,6 +44,7 @@ from ..random import draws, modes
 from ..random.counter_rng import (
     call_keys, keep_mask, local_keep_mask, shard_box, split_hash, step_hash, stream_keys, stream_words,
 )
+from ..random.global_index import replicated
 from ..random.shard_rng import local_device, shard_coordinates, shard_generator
 from . import graph_calls
 
@@ -51,10 +52,6 @@ logger = logging.getLogger(__name__)
 
 _construction_order = itertools.count()
 _native_dropout = flow._C.dropout  # (``stochastic_ops`` routes the public name to the layers)
-
-
-def _replicated(sbp):
-    return [flow.sbp.broadcast if s == flow.sbp.partial_sum else s for s in sbp]
 
 
 def dropout_scale(rate):
@@ -162,7 +159,7 @@ class _CounterStream(nn.Module):
                                     lambda: split_hash(step_hash(seed, step.step)))
         keys, rows = call_keys(stream_words(seed, layer.stream), hashed, call), step.rows()
         shape = tuple(mask_shape or x.shape)
-        sbp = _replicated(mask_sbp or x.sbp) if x.is_global else None
+        sbp = replicated(mask_sbp or x.sbp) if x.is_global else None
         keep = keep_mask(shape, self.rate, keys, x.placement if x.is_global else None, sbp,
                          None if x.is_global else x.device, rows)
         return apply_keep(x, keep, self.scale)
@@ -171,7 +168,7 @@ class _CounterStream(nn.Module):
         """The bool keep mask, laid out like ``x`` (``P`` read as ``B``)."""
         if not x.is_global:
             return local_keep_mask(shape, [0] * len(shape), shape, keys, self.rate, x.device, rows)
-        sbp = _replicated(sbp)
+        sbp = replicated(sbp)
         # Eager: this rank's slice (one host loop on CPU, local ops elsewhere), written into the
         # local part of a global tensor: no communication, whatever the placement.
         mask = flow.empty(shape, dtype=flow.bool, placement=x.placement, sbp=sbp)
@@ -196,7 +193,7 @@ class _CounterStream(nn.Module):
         # (dropout's own sbp rules would reduce a P input first).
         shape = mask_shape or x.shape
         if x.is_global:
-            ones = flow.ones(shape, dtype=x.dtype, placement=x.placement, sbp=_replicated(mask_sbp or x.sbp))
+            ones = flow.ones(shape, dtype=x.dtype, placement=x.placement, sbp=replicated(mask_sbp or x.sbp))
         else:
             ones = flow.ones(shape, dtype=x.dtype, device=x.device)
         factor = self.scale / native_scale if native_scale else 0.0

@@ -37,6 +37,7 @@ import oneflow as flow
 from oneflow import nn
 from oneflow.nn.graph.proxy import ProxyModule
 
+from ..compat import patching
 from ..random import draws, forward_draws, modes, oneflow_draws
 from . import graph_calls, random_ops
 from .conversion import roles_of
@@ -284,6 +285,7 @@ def _start_spotting(model):
             findings.append(f"oneflow {name} at {frame.f_code.co_filename}:{frame.f_lineno} ({frame.f_code.co_name})")
     _spotting = (weakref.ref(model), sys.getprofile(), findings)
     sys.setprofile(spot)
+    patching.process_change("first_forward_check", "sys.setprofile", lambda: _spotting and _stop_spotting(False))
 
 
 def _stop_spotting(report=True):
@@ -291,6 +293,7 @@ def _stop_spotting(report=True):
     model, previous, findings = _spotting
     _spotting = None
     sys.setprofile(previous)
+    patching.released("sys.setprofile")
     if not findings or not report:
         return
     message = (f"the forward of {type(model()).__name__} called OneFlow's own random ops through references "

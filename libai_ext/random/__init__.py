@@ -17,6 +17,8 @@
   ``oneflow_draws`` wraps them under every name, ``forward_draws`` draws their values inside a
   model's forward by global position, ``audit`` names the ones no key covers (``draws``: which
   step and call a draw is).
+
+May import ``compat`` (the LiBai layout and the patch registry) and nothing else of libai_ext.
 """
 from .index_shuffle import IndexShuffle
 from .init_recipes import InitRecorder, recording_init

@@ -352,17 +352,26 @@ def keep_mask(shape, rate, keys, placement=None, sbp=None, device=None, rows=Non
     return keep.reshape(tuple(shape)) if column_added else keep
 
 
+def unit_closed_open(bits):
+    """32-bit words as float64 in [0, 1) (``rand``'s interval), 2**-32 apart."""
+    return (bits.to(flow.float64) + 2.0 ** 31) * 2.0 ** -32
+
+
+def unit_open(bits):
+    """32-bit words as float64 in the open interval (0, 1) (logarithms stay finite)."""
+    return (bits.to(flow.float64) + (2.0 ** 31 + 0.5)) * 2.0 ** -32
+
+
 def counter_uniform(shape, keys, placement=None, sbp=None, device=None):
     """Uniform float32 values in [0, 1), keyed by global position like ``counter_bits``."""
-    bits = counter_bits(shape, keys, placement, sbp, device).to(flow.float64)
-    return flow.clamp((bits + 2.0 ** 31) * 2.0 ** -32, max=1.0 - 2.0 ** -24).to(flow.float32)
+    unit = unit_closed_open(counter_bits(shape, keys, placement, sbp, device))
+    return flow.clamp(unit, max=1.0 - 2.0 ** -24).to(flow.float32)
 
 
 def counter_unit(shape, keys, placement=None, sbp=None, device=None):
     """float64 uniform values in the open interval (0, 1) from all 32 bits (initial weights:
     no 2**-24 floor, so a normal's tail reaches 6.6 sigma instead of 5.8)."""
-    bits = counter_bits(shape, keys, placement, sbp, device).to(flow.float64)
-    return (bits + (2.0 ** 31 + 0.5)) * 2.0 ** -32
+    return unit_open(counter_bits(shape, keys, placement, sbp, device))
 
 
 def counter_normal(shape, keys_pair, placement=None, sbp=None, device=None):

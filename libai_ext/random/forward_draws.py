@@ -24,20 +24,14 @@ import numpy as np
 import oneflow as flow
 
 from . import counter_spec, global_index, modes
-from .counter_rng import call_keys, counter_bits, local_counter_bits, step_hash, stream_words
-from .global_index import StepRows, shard_box
+from .counter_rng import call_keys, counter_bits, local_counter_bits, step_hash, stream_words, unit_closed_open, unit_open
+from .global_index import StepRows, replicated, shard_box
 from .devices import own_cuda_device
 from .shard_rng import shard_coordinates, shard_generator
-
-_UNIT = 2.0 ** -32
 
 
 class LayoutDependentDraw(RuntimeError):
     """A draw no key makes the same on every layout (a local tensor that is not this rank's rows)."""
-
-
-def replicated(sbp):
-    return [flow.sbp.broadcast if s == flow.sbp.partial_sum else s for s in sbp]
 
 
 class Layout:
@@ -169,16 +163,6 @@ def counter_values(draw, shape, layout, dtype, transform, streams=1):
     else:
         bits = [_local_bits(whole, lo, hi, draw.keys(k), layout.device, rows) for k in range(streams)]
     return transform(*bits).to(dtype)
-
-
-def unit_closed_open(bits):
-    """float64 in [0, 1) (``rand``'s interval), 2**-32 apart."""
-    return (bits.to(flow.float64) + 2.0 ** 31) * _UNIT
-
-
-def unit_open(bits):
-    """float64 in (0, 1) (logarithms stay finite)."""
-    return (bits.to(flow.float64) + (2.0 ** 31 + 0.5)) * _UNIT
 
 
 def uniform(draw, shape, layout, dtype=flow.float32, low=0.0, high=1.0):

@@ -59,7 +59,7 @@ class StepRows:
 
 
 @functools.lru_cache(maxsize=256)
-def rank_coordinates(placement):
+def placement_coordinates(placement):
     """``(hierarchy shape, this rank's coordinates)`` in ``placement``; coordinates None outside it
     (cached: every eager mask asks, and reading ``placement.ranks`` costs a fraction of a ms)."""
     ranks = np.asarray(placement.ranks)
@@ -71,7 +71,7 @@ def shard_box(shape, placement, sbp):
     """``(lo, hi)`` per dimension: the slice of a global tensor this rank holds, or None outside
     ``placement``.  OneFlow's nested balanced split: hierarchy axes in order, each splitting the
     current range of its dimension, the first ``size % parts`` parts one longer (measured)."""
-    hierarchy, coordinates = rank_coordinates(placement)
+    hierarchy, coordinates = placement_coordinates(placement)
     if coordinates is None:
         return None
     lo, hi = [0] * len(shape), list(shape)
@@ -132,7 +132,9 @@ def _high_words(vectors, strides, ndim):
 
 # ---- whole tensors (global ops, or one local tensor) ---------------------------------------------
 
-def _index_sbp(sbp):
+def replicated(sbp):
+    """``sbp`` with partial-sum axes as broadcast: every part of a partial sum covers the whole tensor, as a
+    replica does, so it is drawn (and indexed) like one."""
     return [flow.sbp.broadcast if s == flow.sbp.partial_sum else s for s in sbp]
 
 
@@ -171,7 +173,7 @@ def keyed_index(shape, keys, placement=None, sbp=None, device=None, rows=None):
     if not shape:
         x0, hi = keyed_index((1,), keys, placement, sbp, device, rows)
         return x0.reshape(()), hi
-    sbp = _index_sbp(sbp) if placement is not None else None
+    sbp = replicated(sbp) if placement is not None else None
     alone = _split_dims(len(shape), placement, sbp) | ({0} if rows is not None else set())
     groups = _dim_groups(len(shape), alone)
     virtual = (shape[0] * rows.micro_batches,) + shape[1:] if rows is not None else shape

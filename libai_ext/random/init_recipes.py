@@ -40,6 +40,7 @@ import threading
 
 import oneflow as flow
 
+from ..compat import patching
 from .init_derivations import (EXACT_FUNCTIONS, EXACT_METHODS, INPLACE_OPERATORS, REFUSED_FUNCTIONS,
                                REFUSED_METHODS, Derived, capture, tensors_in)
 
@@ -50,7 +51,6 @@ _UNSUPPORTED_FACTORIES = ("randint", "randperm", "bernoulli", "randint_like", "r
 _UNSUPPORTED_METHODS = ("exponential_", "bernoulli_", "orthogonal_")
 # Frames inside these packages (and the copy module) are not where a draw "comes from" in a message.
 _LIBRARY_DIRS = (os.path.dirname(flow.__file__) + os.sep, os.path.dirname(__file__) + os.sep, copy.__file__)
-_ABSENT = object()
 
 
 def _call_site():
@@ -422,15 +422,5 @@ def recording_init():
     recorded: build the model on the thread that opened the recorder.
     """
     recorder = InitRecorder()
-    patches = _patches(recorder)
-    originals = [(owner, name, owner.__dict__.get(name, _ABSENT)) for owner, name, _ in patches]
-    try:
-        for owner, name, replacement in patches:
-            setattr(owner, name, replacement)
+    with patching.temporarily(_patches(recorder), "init_recording"):
         yield recorder
-    finally:
-        for owner, name, original in reversed(originals):
-            if original is _ABSENT:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, original)

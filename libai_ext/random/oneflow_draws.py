@@ -28,12 +28,14 @@ import sys
 
 import oneflow as flow
 
+from ..compat import patching
+
 logger = logging.getLogger(__name__)
+PATCH = "random_op_routing"
 
 forwards = []    # the watched forwards running now (``layers.stochastic_ops`` pushes and pops them)
 _router = None
 _lazy = flow._oneflow_internal.lazy_mode.is_enabled
-_originals = {}  # (owner, attribute) -> OneFlow's own
 _wrappers = {}   # id(OneFlow's own) -> its wrapper
 _draws = 0
 _listeners = []  # DrawWatch objects of ``listening()``: told before a call reaches OneFlow's own op
@@ -77,8 +79,8 @@ def _install(owner, attribute, name):
         original = inner
     wrapper = _wrappers.get(id(original)) or _wrapped(name, original)
     _wrappers[id(original)] = wrapper
-    _originals[(owner, attribute)] = original
-    setattr(owner, attribute, wrapper)
+    if getattr(owner, attribute) is not wrapper:
+        patching.replace(owner, attribute, wrapper, f"{name} counted and routed", patch=PATCH)
 
 
 def _owner(qualified):
@@ -87,8 +89,9 @@ def _owner(qualified):
 
 
 def watch_oneflow_draws():
-    """Install the wrappers (once per process), then rebind names imported before."""
-    if _originals:
+    """Install the wrappers (once per process, until ``unwatch_oneflow_draws``), then rebind names imported
+    before; every change goes through ``libai_ext.compat.patching`` (patch ``random_op_routing``)."""
+    if watching():
         return
     ops = inventory()
     for name, entry in ops["functions"].items():
@@ -103,7 +106,7 @@ def watch_oneflow_draws():
 def rebind_imported_names():
     """Point every name a loaded module bound to one of OneFlow's random ops at its wrapper; returns
     how many were rebound (libai_ext's own modules keep what they hold)."""
-    by_id = {id(original): _wrappers[id(original)] for original in _originals.values()}
+    by_id = {id(original): _wrappers[id(original)] for original in _originals_in_force()}
     rebound = 0
     for module_name, module in list(sys.modules.items()):
         namespace = getattr(module, "__dict__", None)
@@ -112,24 +115,25 @@ def rebind_imported_names():
         for key, value in list(namespace.items()):
             wrapper = by_id.get(id(value))
             if wrapper is not None and value is not wrapper:
-                namespace[key] = wrapper
-                rebound += 1
+                rebound += patching.replace(module, key, wrapper, f"{key} bound at import, rebound", patch=PATCH)
     return rebound
 
 
+def _originals_in_force():
+    return [change.original for change in patching.changes(PATCH)]
+
+
 def unwatch_oneflow_draws():
-    for (owner, attribute), original in _originals.items():
-        setattr(owner, attribute, original)
-    _originals.clear()
+    patching.undo_patch(PATCH)
 
 
 def watching():
-    return bool(_originals)
+    return bool(patching.changes(PATCH))
 
 
 def originals():
     """``{id(OneFlow's own): name}`` of every wrapped op (the first forward's check looks for them)."""
-    return {id(original): attribute for (_, attribute), original in _originals.items()}
+    return {id(change.original): change.name for change in patching.changes(PATCH)}
 
 
 class DrawWatch:
@@ -170,6 +174,21 @@ def listening(before_first=None, before_each=None):
 def draw_count():
     """OneFlow draws made in this process since it started watching."""
     return _draws
+
+
+_draws_at_last_wait = -1
+
+
+def finish_queued_draws(only_after_draws=False):
+    """Wait for OneFlow's queued kernels: an eager op reads (and advances) its generator when it runs, not when
+    it is queued, so a generator's state is read or replaced, or a stream re-seeded, only once everything queued
+    has run.  ``only_after_draws``: not when no OneFlow draw was made since the last wait (known while the
+    wrappers count them)."""
+    global _draws_at_last_wait
+    if only_after_draws and watching() and _draws == _draws_at_last_wait:
+        return
+    flow._oneflow_internal.eager.Sync()
+    _draws_at_last_wait = _draws
 
 
 def set_router(router):

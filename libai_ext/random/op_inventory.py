@@ -1,4 +1,4 @@
-"""OneFlow's random ops, found in OneFlow's own registries (what ``tools/random_op_inventory.py`` writes).
+"""OneFlow's random ops, found in OneFlow's own registries (``python -m libai_ext.random.op_inventory --write``).
 
 Where a random op shows itself in the installed OneFlow:
 
@@ -22,7 +22,7 @@ it), Python functions of those namespaces and of ``oneflow.nn.init`` whose code 
 ``oneflow.nn`` modules whose ``forward`` does (read from their source: ``python_reach``).
 
 ``libai_ext/random/oneflow_random_ops.py`` holds the result for the OneFlow it was made from;
-``tests/test_random_op_inventory.py`` derives it again from the installed OneFlow.
+``tests/test_random_ops.py`` derives it again from the installed OneFlow.
 """
 import ast
 import importlib

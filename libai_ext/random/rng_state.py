@@ -40,6 +40,7 @@ from libai.utils.checkpoint import Checkpointer
 from ..compat.layout import parallel_layout
 from . import modes
 from .devices import cuda_device_count, own_cuda_device  # noqa: F401  (cuda_device_count: public API)
+from .oneflow_draws import finish_queued_draws
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ def _own_entries(saved):
 
 def capture_oneflow_state(generators=None):
     generators = oneflow_generators() if generators is None else generators
-    _finish_queued_draws()
+    finish_queued_draws()
     return {name: generator.get_state().numpy() for name, generator in generators.items()}
 
 
@@ -80,7 +81,7 @@ def restore_oneflow_state(saved, generators=None):
     """
     saved = _own_entries(saved)
     generators = oneflow_generators() if generators is None else generators
-    _finish_queued_draws()
+    finish_queued_draws()
     for name in sorted(set(saved) & set(generators)):
         generators[name].set_state(flow.tensor(saved[name], dtype=flow.uint8))
     problems = [f"{name}: not in the saved state" for name in sorted(set(generators) - set(saved))]
@@ -89,12 +90,6 @@ def restore_oneflow_state(saved, generators=None):
         logger.warning("OneFlow generators not restored (their draws will differ from the saved run's): "
                        + "; ".join(problems))
     return sorted(set(saved) & set(generators))
-
-
-def _finish_queued_draws():
-    # OneFlow's eager ops run asynchronously: a queued random op advances its generator when it
-    # executes, so the state is read or replaced only once everything queued has run.
-    flow._oneflow_internal.eager.Sync()
 
 
 def capture_rng_state():
@@ -119,11 +114,6 @@ def preserved_rng_state():
 
 class RNGStateCheckpointer(Checkpointer):
     """LiBai's Checkpointer plus every rank's random state, saved and resumed with it."""
-
-    @classmethod
-    def wrapping(cls, checkpointer):
-        return cls(checkpointer.model, checkpointer.save_dir, save_to_disk=checkpointer.save_to_disk,
-                   **checkpointer.checkpointables)
 
     def rng_state_file(self, checkpoint_path, rank=None):
         name = os.path.basename(os.path.normpath(checkpoint_path))

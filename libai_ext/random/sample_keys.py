@@ -39,6 +39,7 @@ from oneflow.utils.data import get_worker_info
 from .devices import own_cuda_device, own_cuda_generator
 
 from . import oneflow_draws
+from .oneflow_draws import finish_queued_draws
 from .index_shuffle import IndexShuffle
 
 _PERMUTATION_STREAM = 0x5A3F  # keeps the epoch order apart from anything else keyed by (seed, epoch)
@@ -69,21 +70,6 @@ def _three_seeds(digest):
     return python_seed, numpy_seed, oneflow_seed
 
 
-_draws_seen = -1
-
-
-def _finish_queued_draws(only_after_draws=False):
-    """Wait for OneFlow's queued kernels: an eager op reads its generator when it runs, not when it
-    is queued, so a draw still queued would see the next stream.  ``only_after_draws``: not when no
-    OneFlow draw was made since the last wait (known while ``oneflow_draws`` watches them)."""
-    global _draws_seen
-    count = oneflow_draws.draw_count()
-    if only_after_draws and oneflow_draws.watching() and count == _draws_seen:
-        return
-    flow._oneflow_internal.eager.Sync()
-    _draws_seen = count
-
-
 def seed_streams(seed, epoch, index, oneflow=True):
     """Seed python, numpy's global stream and (``oneflow``) OneFlow's CPU generator for one sample."""
     _seed_three(*sample_seeds(seed, epoch, index), oneflow=oneflow)
@@ -105,7 +91,7 @@ def _seed_three(python_seed, numpy_seed, oneflow_seed, oneflow=True):
     random.seed(python_seed)
     np.random.seed(numpy_seed)
     if oneflow:
-        _finish_queued_draws(only_after_draws=True)  # the previous sample's draws are its own
+        finish_queued_draws(only_after_draws=True)  # the previous sample's draws are its own
         flow.default_generator.manual_seed(oneflow_seed)
 
 
@@ -139,7 +125,7 @@ def oneflow_draws_heard(keep_caller_stream=True):
     saved = []
 
     def save():
-        _finish_queued_draws()
+        finish_queued_draws()
         saved.append(flow.default_generator.get_state())
 
     with oneflow_draws.listening(save if keep_caller_stream else None) as watch:
@@ -147,7 +133,7 @@ def oneflow_draws_heard(keep_caller_stream=True):
             yield watch
         finally:
             if saved:
-                _finish_queued_draws()
+                finish_queued_draws()
                 flow.default_generator.set_state(saved[0])
 
 
@@ -187,7 +173,7 @@ def preserved_streams(oneflow=True):
     """
     saved = random.getstate(), np.random.get_state()
     if oneflow:
-        _finish_queued_draws()
+        finish_queued_draws()
         saved_oneflow = flow.default_generator.get_state()
     cuda = _own_cuda_generator_in_reach() if oneflow else None
     cuda_before = None if cuda is None else cuda.get_state().numpy()
@@ -197,7 +183,7 @@ def preserved_streams(oneflow=True):
         random.setstate(saved[0])
         np.random.set_state(saved[1])
         if oneflow:
-            _finish_queued_draws()
+            finish_queued_draws()
             flow.default_generator.set_state(saved_oneflow)
     if cuda_before is not None and not np.array_equal(cuda.get_state().numpy(), cuda_before):
         raise KeyedDrawOnGPU(

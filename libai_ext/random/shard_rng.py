@@ -33,7 +33,7 @@ import hashlib
 import oneflow as flow
 
 from .devices import own_cuda_device
-from .global_index import rank_coordinates
+from .global_index import placement_coordinates
 
 _generators = {}  # (device, stream) -> flow.Generator, this process's
 
@@ -44,7 +44,7 @@ def shard_coordinates(placement, sbp):
     ``()`` for a fully replicated layout; ``None`` when this rank is outside ``placement``
     (it holds no data, any seed will do).
     """
-    _, coordinates = rank_coordinates(placement)
+    _, coordinates = placement_coordinates(placement)
     if coordinates is None:
         return None
     return tuple((axis, coordinates[axis]) for axis, s in enumerate(sbp)

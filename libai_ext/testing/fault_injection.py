@@ -18,13 +18,19 @@ Two more actions take the same value, at those phases or at two points of a trai
 
 ``before_agreement``: the step is done, its hooks ran, the ranks have not yet agreed whether to
 stop (``libai_ext.engine.preemption``); ``mid_evaluation``: the evaluation after the step has
-evaluated one batch.  A ``<target>`` of ``*`` acts at that phase of any checkpoint or step.  ``CommittedCheckpointer`` and the preemption code call ``fault_point``
-at each phase; without the variables it does nothing.  The rank prints one line first, so a
-test can tell the action happened where it asked.
+evaluated one batch.  A ``<target>`` of ``*`` acts at that phase of any checkpoint or step.
+
+``CommittedCheckpointer`` and the preemption code call ``libai_ext.fault_points.fault_point`` at each
+phase, which does nothing until this module is installed there as the hook (``install()``).  A rank
+runs with it as ``python fault_injection.py SCRIPT ARGS...`` (the script then runs as ``__main__``);
+``multirank.launch`` and ``ReapedJob`` start ranks that way when the environment holds one of the
+variables (``with_fault_hook``).  The rank prints one line before it acts, so a test can tell the
+action happened where it asked.
 """
 import contextlib
 import itertools
 import os
+import runpy
 import signal
 import sys
 import time
@@ -118,3 +124,32 @@ def weights_being_written(checkpoint):
         yield
     finally:
         flow.Tensor.__getstate__ = original
+
+
+def install():
+    """Make this module the runtime's fault hook (``libai_ext.fault_points``)."""
+    from libai_ext import fault_points
+
+    fault_points.install(sys.modules[__name__])
+
+
+def with_fault_hook(script_words, env):
+    """The words that start a rank's ``script_words`` with the hook installed, when ``env`` asks for an action."""
+    if not any((env or {}).get(name) for name in _ACTIONS):
+        return list(script_words)
+    return [os.path.abspath(__file__.rstrip("c")), *script_words]
+
+
+def _run(argv):
+    install()
+    if argv[0] == "-m":
+        sys.argv = [argv[1], *argv[2:]]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = list(argv)
+        sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+        runpy.run_path(argv[0], run_name="__main__")
+
+
+if __name__ == "__main__":
+    _run(sys.argv[1:])

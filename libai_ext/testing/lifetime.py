@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, Optional
 
+from .fault_injection import with_fault_hook
 from .multirank import free_port, pin_to_device
 
 
@@ -56,7 +57,8 @@ def launch_under_timeout(script, nproc, args=(), *, env=None, timeout_s=300, gra
     """Run ``script`` on ``nproc`` CPU ranks under ``timeout``; wait up to ``grace_s`` for every rank to
     end after the launcher; returns ``Lifetimes`` (a rank still alive then counts ``grace_s``)."""
     command = ["timeout", str(int(timeout_s)), python or sys.executable, "-m", "oneflow.distributed.launch",
-               "--nproc_per_node", str(nproc), "--master_port", str(free_port()), str(script), *map(str, args)]
+               "--nproc_per_node", str(nproc), "--master_port", str(free_port()),
+               *with_fault_hook([str(script)], os.environ if env is None else env), *map(str, args)]
     run_env = pin_to_device(os.environ if env is None else env, "cpu")
     run_env.setdefault("OMP_NUM_THREADS", "1")
     result = Lifetimes()

@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from .fault_injection import with_fault_hook
+
 RESULTS_DIR_ENV = "LIBAI_EXT_RESULTS_DIR"
 TEST_DEVICE_ENV = "LIBAI_EXT_TEST_DEVICE"
 TEST_DEVICES = ("cpu", "cuda")
@@ -169,12 +171,12 @@ def launch(script, nproc, args=(), timeout=300, env=None, workdir=None, check=Tr
     python = python or sys.executable
     workdir = workdir or tempfile.mkdtemp(prefix="multirank-")
     os.makedirs(workdir, exist_ok=True)
+    run_env = pin_to_device(os.environ if env is None else env, device or ranks_device())
     command = [
         python, "-m", "oneflow.distributed.launch",
         "--nproc_per_node", str(nproc), "--master_port", str(free_port()),
-        _RANK_WRAPPER, workdir, *_script_words(script), *map(str, args),
+        _RANK_WRAPPER, workdir, *with_fault_hook(_script_words(script), run_env), *map(str, args),
     ]
-    run_env = pin_to_device(os.environ if env is None else env, device or ranks_device())
     run_env[RESULTS_DIR_ENV] = workdir
     # Oversubscribed CPU ranks crawl when each also spawns a thread per core.
     run_env.setdefault("OMP_NUM_THREADS", "1")

@@ -22,6 +22,7 @@ import sys
 import time
 from typing import Dict, Optional
 
+from .fault_injection import with_fault_hook
 from .multirank import free_port, pin_to_device
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -68,7 +69,8 @@ class ReapedJob:
         # process group (timeout does), as under `make demo` or a batch script.
         self.command = ([] if not under_timeout else ["timeout", str(int(timeout_s))]) + [
             python or sys.executable, "-m", "oneflow.distributed.launch", "--nproc_per_node", str(nproc),
-            "--master_port", str(free_port()), str(script), *map(str, args)]
+            "--master_port", str(free_port()), *with_fault_hook([str(script)], os.environ if env is None else env),
+            *map(str, args)]
         self.env = pin_to_device(os.environ if env is None else env, "cpu")
         self.env.setdefault("OMP_NUM_THREADS", "1")
         # `import oneflow` sets RANK=-1 in this process: the launcher's children would show it between their fork

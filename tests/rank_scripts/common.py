@@ -25,7 +25,7 @@ def layout_parser():
 
 
 def setup_layout(args):
-    libai_ext.apply_cpu_patches()
+    libai_ext.apply_patches()
     args.dp = args.dp or flow.env.get_world_size() // (args.tp * args.pp)
     cfg = DictConfig({
         "data_parallel_size": args.dp, "tensor_parallel_size": args.tp,

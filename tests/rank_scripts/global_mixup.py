@@ -17,7 +17,7 @@ from libai.data.structures import DistTensorData, Instance
 
 from common import get_batch, layout_parser, on_stage0, replicated_on_stage0, run_or_die, setup_layout
 from libai_ext import ConsistentBatchTrainer, seed_everything
-from libai_ext.compat.layout import rank_coordinates
+from libai_ext.compat.layout import layout_coordinates
 from libai_ext.random.mixup_draws import draw_mix, mixup_options
 from libai_ext.testing import write_rank_result
 
@@ -44,8 +44,8 @@ def local_batch(dp):
     rng = np.random.RandomState(0)
     images = rng.randn(GLOBAL_BATCH, *IMAGE).astype(np.float32)
     labels = rng.randint(0, NUM_CLASSES, size=GLOBAL_BATCH)
-    rows = slice(rank_coordinates(flow.env.get_rank())[1] * GLOBAL_BATCH // dp,
-                 (rank_coordinates(flow.env.get_rank())[1] + 1) * GLOBAL_BATCH // dp)
+    rows = slice(layout_coordinates(flow.env.get_rank())[1] * GLOBAL_BATCH // dp,
+                 (layout_coordinates(flow.env.get_rank())[1] + 1) * GLOBAL_BATCH // dp)
     return Instance(images=DistTensorData(flow.tensor(images[rows]), placement_idx=0),
                     labels=DistTensorData(flow.tensor(labels[rows]), placement_idx=-1))
 

@@ -106,7 +106,7 @@ def main():
     parser.add_argument("--modes", default="eager,graph", help=f"comma-separated, from {sorted(MODES)}")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
-    libai_ext.apply_cpu_patches()
+    libai_ext.apply_patches()
     for mode in args.modes.split(","):
         run(args, mode)
 

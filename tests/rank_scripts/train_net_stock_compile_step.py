@@ -6,6 +6,7 @@ does at start-up on the same host and prove that its checks would catch it.
 """
 import libai.engine.default as libai_default
 
+from libai_ext.cli import train_net
 from libai_ext.engine import launch
 
 _stock_compile_step = libai_default._compile_dependencies  # captured before any patch runs
@@ -18,4 +19,4 @@ def default_setup_with_stock_compile_step(cfg, args):
 
 if __name__ == "__main__":
     launch.default_setup = default_setup_with_stock_compile_step
-    launch.cli()
+    train_net.main()

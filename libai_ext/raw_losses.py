@@ -1,6 +1,6 @@
 """Reading what ``libai_ext.engine.hooks.RawLossWriter`` wrote (``<output_dir>/losses.jsonl``).
 
-Kept apart from the writer so that tools and tests that only start jobs can read a run's
+Standard library only, apart from the writer, so that tools and tests that only start jobs can read a run's
 losses without importing OneFlow.
 """
 import json
