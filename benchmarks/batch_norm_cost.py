@@ -9,16 +9,12 @@ The model is MoCo v3's projector as LiBai main's project builds it (``Linear`` w
 split over the ranks.  The two variants run interleaved, step by step, from a sync to a sync; the table gives rank
 0's median and the ratio.  On 1 rank no batch is split and both run OneFlow's kernel: the ratio there is the noise.
 """
-import argparse
 import json
-import os
 import statistics
-import sys
 import time
 
-from report import publish  # benchmarks/report.py (scripts run from benchmarks/)
+from report import measure_on_ranks, publish, rank_job_parser  # benchmarks/report.py
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = ("fast", "layout_invariant")
 
 
@@ -71,17 +67,6 @@ def time_steps(steps, batch, width, out_path):
 
 # ---- the driver ----------------------------------------------------------------------------
 
-def measure(ranks, args):
-    from libai_ext.testing import launch
-
-    out = os.path.join(args.workdir, f"ranks{ranks}.json")
-    launch(os.path.abspath(__file__), ranks, ["--rank-job", out, "--steps", args.steps, "--batch", args.batch,
-                                              "--width", args.width],
-           timeout=900, workdir=os.path.join(args.workdir, f"ranks{ranks}"))
-    with open(out) as f:
-        return json.load(f)
-
-
 def table(results, args):
     lines = [f"MoCo v3's projector (3 x Linear {args.width} + BatchNorm1d), global batch {args.batch} split over the "
              f"ranks, forward and backward, rank 0 median of {args.steps} steps",
@@ -94,23 +79,18 @@ def table(results, args):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
+    parser = rank_job_parser(__doc__)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--width", type=int, default=256)
-    parser.add_argument("--out", default=None, help="also write the table here")
-    parser.add_argument("--workdir", default=None)
-    parser.add_argument("--rank-job", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rank_job:
         return time_steps(args.steps, args.batch, args.width, args.rank_job)
     import tempfile
 
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="batch-norm-cost-")
-    sys.path.insert(0, ROOT)
-    text = table({ranks: measure(ranks, args) for ranks in args.ranks}, args)
-    publish(text, args.out, title="BatchNorm over the global batch: the cost of a step")
+    results = {ranks: measure_on_ranks(__file__, ranks, ["--steps", args.steps, "--batch", args.batch, "--width", args.width], args.workdir) for ranks in args.ranks}
+    publish(table(results, args), args.out, title="BatchNorm over the global batch: the cost of a step")
 
 
 if __name__ == "__main__":

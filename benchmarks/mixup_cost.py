@@ -9,16 +9,12 @@ ranks, one stage), and the recipe's mixup (mixup 0.8 / cutmix 1.0, switch 0.5, s
 each time is one ``get_batch`` call from a sync to a sync, call ``i`` at step ``i`` (mixup and cutmix
 both occur).  The table gives rank 0's median and the ratio global / local.
 """
-import argparse
 import json
-import os
 import statistics
-import sys
 import time
 
-from report import publish  # benchmarks/report.py (scripts run from benchmarks/)
+from report import measure_on_ranks, publish, rank_job_parser  # benchmarks/report.py
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = ("none", "local", "global")
 
 
@@ -71,17 +67,6 @@ def time_get_batch(calls, micro_batch, image_size, out_path):
 
 # ---- the driver ----------------------------------------------------------------------------
 
-def measure(ranks, args):
-    from libai_ext.testing import launch
-
-    out = os.path.join(args.workdir, f"ranks{ranks}.json")
-    launch(os.path.abspath(__file__), ranks,
-           ["--rank-job", out, "--calls", args.calls, "--micro-batch", args.micro_batch,
-            "--image-size", args.image_size], timeout=900, workdir=os.path.join(args.workdir, f"ranks{ranks}"))
-    with open(out) as f:
-        return json.load(f)
-
-
 def table(results, args):
     lines = [f"get_batch, {args.micro_batch} images of 3x{args.image_size}x{args.image_size} per rank (data parallel), "
              f"rank 0 median of {args.calls} calls",
@@ -94,23 +79,18 @@ def table(results, args):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
+    parser = rank_job_parser(__doc__)
     parser.add_argument("--calls", type=int, default=40)
     parser.add_argument("--micro-batch", type=int, default=32)
     parser.add_argument("--image-size", type=int, default=32)
-    parser.add_argument("--out", default=None, help="also write the table here")
-    parser.add_argument("--workdir", default=None)
-    parser.add_argument("--rank-job", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rank_job:
         return time_get_batch(args.calls, args.micro_batch, args.image_size, args.rank_job)
     import tempfile
 
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="mixup-cost-")
-    sys.path.insert(0, ROOT)
-    text = table({ranks: measure(ranks, args) for ranks in args.ranks}, args)
-    publish(text, args.out, title="Global mixup: the cost of get_batch")
+    results = {ranks: measure_on_ranks(__file__, ranks, ["--calls", args.calls, "--micro-batch", args.micro_batch, "--image-size", args.image_size], args.workdir) for ranks in args.ranks}
+    publish(table(results, args), args.out, title="Global mixup: the cost of get_batch")
 
 
 if __name__ == "__main__":

@@ -38,3 +38,30 @@ def publish(text, out=None, *, title, command=None):
     if out:
         with open(out, "w") as f:
             f.write(header(title, command) + text)
+
+
+def rank_job_parser(description, ranks=(1, 2)):
+    """The arguments of a benchmark that times a job on several rank counts: ``--ranks``, ``--out``, ``--workdir``
+    (and the hidden ``--rank-job OUT`` each rank of a launch is started with)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, nargs="+", default=list(ranks))
+    parser.add_argument("--out", default=None, help="also write the table here")
+    parser.add_argument("--workdir", default=None)
+    parser.add_argument("--rank-job", default=None, help=argparse.SUPPRESS)
+    return parser
+
+
+def measure_on_ranks(script, ranks, job_args, workdir, timeout=900):
+    """Launch ``script --rank-job OUT *job_args`` on ``ranks`` CPU ranks; returns what rank 0 wrote to OUT (JSON)."""
+    import json
+
+    sys.path.insert(0, ROOT)
+    from libai_ext.testing import launch
+
+    out = os.path.join(workdir, f"ranks{ranks}.json")
+    launch(os.path.abspath(script), ranks, ["--rank-job", out, *job_args], timeout=timeout,
+           workdir=os.path.join(workdir, f"ranks{ranks}"))
+    with open(out) as f:
+        return json.load(f)
