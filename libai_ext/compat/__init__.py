@@ -4,7 +4,10 @@ One module per LiBai line (``libai_v0_1``, ``libai_main``: what each line's API 
 and one per device trap (``compile_step``, ``cuda_placements``, ``cpu_layer_norm``,
 ``cpu_bias_gelu``), plus ``swin_v0_1`` for LiBai 0.1.1's Swin, ``graph_proxy_v0_1`` for
 LiBai 0.1.1's graph code on OneFlow 0.9.0, and ``special_tokens`` for the special tokens LiBai's
-T5 tokenizer set-up declares but never counts.
+T5 tokenizer set-up declares but never counts.  Two repair what OneFlow changes with the layout without a
+random draw or with a bare error: ``batch_statistics`` (BatchNorm over the global batch, installed by the
+trainer under ``"layout_invariant"``) and ``pipeline_stages`` (a forward that mixes two pipeline stages, named);
+``get_batch_api`` also runs a project trainer written for 0.1.1's ``run_step(get_batch)`` on LiBai main.
 ``detect`` reads from the installed package what it lacks; ``apply_patches()`` applies each
 repair only where it is needed, and the device traps decide per call from the tensor's own
 device, so the same call is right on CPU and CUDA hosts.
