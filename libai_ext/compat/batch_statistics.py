@@ -12,6 +12,8 @@ other running statistics, with no random draw involved (docs/upstream-bugs.md).
 rank, the mean and the variance are global reductions over the whole tensor (each one small all-reduce of one value
 per channel: two per layer, the variance after the mean, as OneFlow's kernel also centres first), the output is
 normalised with them and the running statistics are updated with them (unbiased variance, as OneFlow's kernel).
+Inside ``nn.Graph``, where an in-place update of a buffer is lost (docs/upstream-bugs.md #13), the batch is gathered
+over its split axes instead and OneFlow's kernel normalises it whole, updating the running statistics itself.
 Everything else (evaluation, an unsplit batch, a split along the channel axis, local tensors) runs OneFlow's kernel
 unchanged, and so does every call while ``train.randomness="fast"`` (OneFlow's per-shard statistics, reproducible
 on one layout only).
@@ -57,20 +59,42 @@ def normalization(x, running_mean, running_var, weight, bias, axis=1, epsilon=1e
                   is_training=False):
     """``flow._C.normalization`` with the statistics of the whole global batch where OneFlow's would take a
     shard's (see the module's doc)."""
+    kernel = _kernels["normalization"]
     if not _takes_over(x, axis, is_training):
-        return _kernels["normalization"](x, running_mean, running_var, weight, bias, axis=axis, epsilon=epsilon,
-                                         momentum=momentum, is_training=is_training)
+        return kernel(x, running_mean, running_var, weight, bias, axis=axis, epsilon=epsilon, momentum=momentum,
+                      is_training=is_training)
+    if _in_graph():
+        return kernel(_whole(x, axis), running_mean, running_var, weight, bias, axis=axis, epsilon=epsilon,
+                      momentum=momentum, is_training=True).to_global(sbp=x.sbp)
     return _normalize_over_global_batch(x, running_mean, running_var, weight, bias, axis, epsilon, momentum)
 
 
 def normalization_add_relu(x, addend, running_mean, running_var, weight, bias, axis=1, epsilon=1e-5,
                            momentum=0.1, is_training=False):
     """``flow._C.normalization_add_relu`` (BatchNorm, plus ``addend``, then ReLU) likewise."""
+    kernel = _kernels["normalization_add_relu"]
     if not _takes_over(x, axis, is_training):
-        return _kernels["normalization_add_relu"](x, addend, running_mean, running_var, weight, bias, axis=axis,
-                                                  epsilon=epsilon, momentum=momentum, is_training=is_training)
+        return kernel(x, addend, running_mean, running_var, weight, bias, axis=axis, epsilon=epsilon,
+                      momentum=momentum, is_training=is_training)
+    if _in_graph():
+        return kernel(_whole(x, axis), None if addend is None else _whole(addend, axis), running_mean, running_var,
+                      weight, bias, axis=axis, epsilon=epsilon, momentum=momentum, is_training=True
+                      ).to_global(sbp=x.sbp)
     y = _normalize_over_global_batch(x, running_mean, running_var, weight, bias, axis, epsilon, momentum)
     return flow.relu(y if addend is None else y + addend)
+
+
+def _in_graph():
+    return flow._oneflow_internal.lazy_mode.is_enabled()
+
+
+def _whole(x, axis):
+    """``x`` with every split along a reduced axis gathered: OneFlow's kernel then sees the whole batch.  In a graph,
+    where an in-place update of a buffer is lost (docs/upstream-bugs.md #13), the kernel's own update of the
+    running statistics is the one that holds; it costs gathering the activation instead of one value per channel."""
+    axis %= x.ndim
+    return x.to_global(sbp=[flow.sbp.broadcast if s != flow.sbp.split(axis) and s in
+                            [flow.sbp.split(d) for d in range(x.ndim)] else s for s in x.sbp])
 
 
 def _normalize_over_global_batch(x, running_mean, running_var, weight, bias, axis, epsilon, momentum):

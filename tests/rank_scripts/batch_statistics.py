@@ -3,7 +3,7 @@
 The 1-rank reference is computed in this process on local tensors (OneFlow's own kernel on the whole batch); the
 layout's run makes the same module global on the layout's placement (every rank holds it whole) and the same batch
 global, split along its first axis over the data-parallel ranks, and takes two training steps, then one step in
-eval mode.  Under ``"fast"`` OneFlow's kernel runs as it is; under ``"layout_invariant"`` libai_ext routes it
+eval mode; ``BatchNorm2d`` also takes one training forward inside ``nn.Graph``.  Under ``"fast"`` OneFlow's kernel runs as it is; under ``"layout_invariant"`` libai_ext routes it
 (``compat.batch_statistics``).  Writes one record per (module, mode, eager or graph): the largest relative
 difference from 1 rank of the outputs, the input's and the weight's gradients, and the running statistics.
 """
@@ -109,6 +109,34 @@ def main():
             differences = {k: float(np.abs(whole(v) - reference[k]).max() / (np.abs(reference[k]).max() + 1e-12))
                            for k, v in found.items()}
             write_rank_result(case=name, mode=mode, differences=differences)
+    for mode in ("fast", "layout_invariant"):
+        write_rank_result(case="graph-BatchNorm2d", mode=mode, differences=graph_step(placement, whole_sbp, batch_sbp,
+                                                                                    mode))
+
+
+def graph_step(placement, whole_sbp, batch_sbp, mode):
+    """One training-mode forward of ``BatchNorm2d`` inside ``nn.Graph`` (where in-place buffer updates are lost):
+    the output and the running statistics against 1 rank's."""
+    module, shape = build("BatchNorm2d")
+    batch = (np.random.RandomState(3).randn(*shape) * 3 + 1).astype(np.float32)
+    reference = copy.deepcopy(module)
+    expected = {"out0": reference(flow.tensor(batch)).detach().numpy(),
+                "running_mean": reference.running_mean.numpy(), "running_var": reference.running_var.numpy()}
+    layout_module = copy.deepcopy(module).to_global(placement=placement, sbp=whole_sbp)
+
+    class Step(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.module = layout_module
+
+        def build(self, x):
+            return self.module(x)
+
+    with modes_set(mode):
+        out = Step()(flow.tensor(batch).to_global(placement=placement, sbp=whole_sbp).to_global(sbp=batch_sbp))
+    found = {"out0": out, "running_mean": layout_module.running_mean, "running_var": layout_module.running_var}
+    return {k: float(np.abs(whole(v) - expected[k]).max() / (np.abs(expected[k]).max() + 1e-12))
+            for k, v in found.items()}
 
 
 class modes_set:
