@@ -45,8 +45,10 @@ def resume_copy(full, name):
 
 
 def reads(output, rank=0):
+    """The indices the rank read, each once, in the order first read (keyed augmentation's check by effect reads a
+    sampled item a second time on the first batches)."""
     with open(output / f"reads.rank{rank}") as f:
-        return [int(line) for line in f]
+        return list(dict.fromkeys(int(line) for line in f))
 
 
 @pytest.fixture(scope="module")
