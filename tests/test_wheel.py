@@ -77,7 +77,9 @@ def test_the_wheel_holds_every_module_the_kernel_the_licence_and_the_scripts(whe
     assert (name, metadata["Version"], metadata["License"]) == ("libai-ext", libai_ext.__version__, "Apache-2.0")
     assert "Apache License" in licence and "Version 2.0, January 2004" in licence
     assert {f"{name} = {target}" for name, target in console_scripts().items()} <= set(entry_points.splitlines())
-    assert len(console_scripts()) == 7
+    tools = {name[:-3] for name in os.listdir(os.path.join(ROOT, "libai_ext", "cli"))
+             if name.endswith(".py") and name not in ("__init__.py", "common.py")}
+    assert {target.split(":")[0].rsplit(".", 1)[1] for target in console_scripts().values()} == tools
 
 
 def dependencies_without_libai_ext(folder):
