@@ -338,14 +338,14 @@ def mutation(kind):
             return [int(np.prod(short[d + 1:], dtype=np.int64)) for d in range(len(shape))]
         patches = [mock.patch.object(global_index, "_strides", strides)]
     elif kind == "axis":
-        real = global_index.rank_coordinates
+        real = global_index.placement_coordinates
 
-        def rank_coordinates(placement):
+        def placement_coordinates(placement):
             hierarchy, coordinates = real(placement)
             if coordinates is None:
                 return hierarchy, None
             return tuple(reversed(hierarchy)), tuple(reversed(coordinates))
-        patches = [mock.patch.object(global_index, "rank_coordinates", rank_coordinates)]
+        patches = [mock.patch.object(global_index, "placement_coordinates", placement_coordinates)]
     else:  # truncate32
         real_slice, real_mask = global_index.slice_terms, global_index.mask_terms
 

@@ -28,7 +28,9 @@ class CountingFolder(CIFAR100Folder):
 def config(data_root, stage0_only):
     folder = LazyCall(CountingFolder)(root=data_root, train=True,
                                       transform=LazyCall(cifar_train_transform)(hflip=False))
-    return image_loader_config(folder, 8, LazyCall(build_mixup)(num_classes=10), stage0_only_loading=stage0_only)
+    # the check by effect reads sampled items again: off, so that what a rank's dataset served is what it loaded
+    return image_loader_config(folder, 8, LazyCall(build_mixup)(num_classes=10), stage0_only_loading=stage0_only,
+                               augmentation_check=dict(action="off"))
 
 
 def digests(loader):
