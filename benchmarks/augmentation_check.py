@@ -44,7 +44,7 @@ def loaders(dataset):
     from oneflow.utils.data import DataLoader
 
     from libai_ext.data import GlobalOrderBatchSampler, KeyedAugmentation
-    from libai_ext.data.augmentation_check import AugmentationCheck
+    from libai_ext.random.augmentation_check import AugmentationCheck
 
     def loader(check):
         return DataLoader(KeyedAugmentation(dataset, 0, check=check), sampler=GlobalOrderBatchSampler(
@@ -60,7 +60,7 @@ def loaders(dataset):
 
 @contextlib.contextmanager
 def unordered_draws():
-    from libai_ext.data import keyed_dataset
+    from libai_ext.random import keyed_dataset
 
     ordered = keyed_dataset.draws_in_call_order
     keyed_dataset.draws_in_call_order = contextlib.nullcontext
@@ -89,7 +89,7 @@ def main():
     args = loader_arguments(__doc__)
 
     from libai_ext.data import CIFAR100Folder, ensure_digits_cifar
-    from libai_ext.layers.stochastic_ops import route_stochastic_ops
+    from libai_ext.random.layers.stochastic_ops import route_stochastic_ops
 
     route_stochastic_ops()
     dataset = CIFAR100Folder(ensure_digits_cifar(args.data), train=True, transform=augmentation())

@@ -32,7 +32,7 @@ def time_steps(steps, batch, width, out_path):
     world = flow.env.get_world_size()
     dist.setup_dist_util(DictConfig({"data_parallel_size": world, "tensor_parallel_size": 1,
                                      "pipeline_parallel_size": 1, "pipeline_num_layers": 1}))
-    batch_statistics.route_batch_statistics()
+    batch_statistics.route_batch_statistics(modes.layout_invariant)
     placement = flow.placement("cpu", ranks=list(range(world)))
     layers = []
     for index in range(3):

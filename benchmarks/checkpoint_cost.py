@@ -65,7 +65,7 @@ def folder_bytes(folder):
 
 
 def fsync_every_file(folder):
-    from libai_ext.engine.checkpoint_files import fsync_dir
+    from libai_ext.checkpoint.files import fsync_dir
 
     for root, _, files in os.walk(folder):
         for name in files:
@@ -78,8 +78,8 @@ def fsync_every_file(folder):
 def measure(million_params, repeats, workdir):
     from libai.utils.checkpoint import Checkpointer
 
-    from libai_ext.engine.checkpoint import CommittedCheckpointer
-    from libai_ext.engine.checkpoint_files import flush_to_disk
+    from libai_ext.checkpoint.committed import CommittedCheckpointer
+    from libai_ext.checkpoint.files import flush_to_disk
 
     model, optimizer, scheduler, count = build(million_params)
     parts = dict(optimizer=optimizer, lr_scheduler=scheduler)

@@ -14,7 +14,7 @@ Each block sits between two comment lines in its page:
 
 and is made from one source, the home of its facts:
 
-* ``config-keys`` (docs/config-keys.md): ``libai_ext/config_keys.py``'s ``KEYS``, the table ``libai-ext-train
+* ``config-keys`` (docs/config-keys.md): ``libai_ext/config/keys.py``'s ``KEYS``, the table ``libai-ext-train
   --help`` prints and the key guard reads;
 * ``gpu-check`` (docs/tools.md): ``libai_ext/cli/gpu_check.py``'s ``CHECKS`` and ``TOTAL_BUDGET_S``;
 * ``test-times`` (docs/testing.md): ``benchmarks/results/test_times.json``, the times of whole test runs as
@@ -31,7 +31,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from libai_ext import config_keys  # noqa: E402  (after the checkout's path)
+from libai_ext.config import keys as config_keys  # noqa: E402  (after the checkout's path)
 from libai_ext.cli import gpu_check  # noqa: E402
 
 THIS = "benchmarks/make_docs_tables.py"

@@ -6,7 +6,7 @@
 On a tensor of 2**k elements (shape (2**k / 1024, 1024), p = 0.1, training, ``x.requires_grad``):
 
 * ``oneflow``: ``flow._C.dropout`` (OneFlow's kernel: its own generator, a bool mask saved);
-* ``int ops``: ``libai_ext.layers.Dropout`` with the mask from OneFlow int32 ops, the path graphs and
+* ``int ops``: ``libai_ext.random.layers.Dropout`` with the mask from OneFlow int32 ops, the path graphs and
   GPUs take (on CPU tensors with the host loop switched off: the simulated GPU path);
 * ``host loop``: the same layer as eager CPU ranks run it (the mask from the compiled host loop).
 
@@ -47,7 +47,7 @@ def make_call(variant, device):
     """A function ``x -> dropout(x)`` for ``variant`` (the layer is built once: its draws advance per call)."""
     import oneflow as flow
 
-    from libai_ext.layers import Dropout
+    from libai_ext.random.layers import Dropout
     from libai_ext.random import counter_rng
 
     if variant == "oneflow":
@@ -283,7 +283,7 @@ def stage_costs(size, dtype, device, repeats=7):
     ``2**size`` elements), of one int32 multiply over the words, and of ``flow._C.dropout``."""
     import oneflow as flow
 
-    from libai_ext.layers import stochastic
+    from libai_ext.random.layers import stochastic
     from libai_ext.random import counter_rng, global_index
 
     words = min(counter_rng.CHUNK_WORDS.get(device) or max(counter_rng.CHUNK_WORDS.values()), 2 ** (size - 1))

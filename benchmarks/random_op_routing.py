@@ -49,7 +49,7 @@ def per_call(function, calls):
 def cases():
     import oneflow as flow
 
-    from libai_ext.layers import stochastic_ops
+    from libai_ext.random.layers import stochastic_ops
     from libai_ext.random import draws, oneflow_draws, sample_keys
 
     stochastic_ops.route_stochastic_ops()

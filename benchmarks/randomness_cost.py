@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/randomness_cost.py --ranks 1 2 4 --calls 20 \
         --step-iters 60 --step-warmup 10 --repeats 3 --out benchmarks/results/randomness_cost.md
 
-1. Dropout calls (p = 0.1, forward, training): ``flow.nn.Dropout``, ``libai_ext.layers.Dropout``
+1. Dropout calls (p = 0.1, forward, training): ``flow.nn.Dropout``, ``libai_ext.random.layers.Dropout``
    in "fast" and in "layout_invariant" mode, on a global tensor over all ranks of a 1D
    placement, broadcast (B) or split on dim 0 (S(0)).  The three run interleaved, call by call,
    in one process per rank count; each time is one call, from a device sync to a device sync,
@@ -36,7 +36,7 @@ STEP_VARIANTS = {  # name: overrides
 
 def time_calls(calls, out_path):
     import oneflow as flow
-    from libai_ext.layers import Dropout
+    from libai_ext.random.layers import Dropout
 
     sync = flow._oneflow_internal.eager.Sync
     placement = flow.placement("cpu", ranks=list(range(flow.env.get_world_size())))

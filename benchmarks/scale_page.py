@@ -69,7 +69,7 @@ def measure_init(exponent):
 
 
 def measure_checkpoint_bytes():
-    from libai_ext.data.global_order import GlobalOrderBatchSampler
+    from libai_ext.random.global_order import GlobalOrderBatchSampler
     from libai_ext.data.position import DataPosition
     from libai_ext.random.rng_state import capture_rng_state
 
@@ -167,7 +167,7 @@ model, and with the number of ranks only through collectives of a few integers:
   the limit is raised.
 - **No gather of a whole parameter.** The checks of `random/param_init.py` compare each rank's own shards and sum
   one integer per re-drawn tensor over the ranks (`_sum_over_ranks`); the agreement flags of
-  `engine/agreement.py` gather one integer per rank ({world:,} at this layout).
+  `lifetime/agreement.py` gather one integer per rank ({world:,} at this layout).
 - **Not measured here:** the wall time of a 1,024-rank start-up, which OneFlow's own start-up (process group, the
   placements of every stage) dominates on a small run; no host here launches that many ranks.
 

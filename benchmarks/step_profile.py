@@ -31,13 +31,13 @@ ROOT = trainer_overhead.ROOT
 # (label, file suffix, function): cumulative time, calls below included.
 NAMED = [
     ("whole step (`run_step`)", "libai_ext/engine/trainer.py", "run_step"),
-    ("stochastic layers (`Dropout`, `DropPath`)", "libai_ext/layers/stochastic.py", "drop"),
+    ("stochastic layers (`Dropout`, `DropPath`)", "libai_ext/random/layers/stochastic.py", "drop"),
     ("of which the fast path's generator re-seeding", "libai_ext/random/shard_rng.py", "shard_generator"),
     ("`get_batch` (stage 0: batch made global and sent)", "libai_ext/engine/trainer.py", "get_batch"),
     ("backward", "~", "<built-in method oneflow._oneflow_internal.autograd.backward>"),
     ("waiting for queued work (`Tensor.numpy` of the loss)", "~", "<method 'to_numpy' of 'Tensor' objects>"),
     ("graph call (`GraphBase.__call__`: its run, the step input)", "libai_ext/engine/graph.py", "__call__"),
-    ("of which the graph's step input", "libai_ext/layers/graph_calls.py", "step_input"),
+    ("of which the graph's step input", "libai_ext/random/layers/graph_calls.py", "step_input"),
 ]
 
 

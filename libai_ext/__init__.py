@@ -15,17 +15,18 @@ __version__ = "0.1.0"
 # public name -> the module that defines it
 _EXPORTS = {
     "apply_patches": ".compat", "applied_patches": ".compat", "restoring_patches": ".compat",
-    "GlobalOrderBatchSampler": ".data", "KeyedAugmentation": ".data",
-    "ConsistentBatchTrainer": ".engine", "GlobalMixup": ".engine", "mixup_step": ".engine",
-    "CheckpointDamaged": ".engine", "CommittedCheckpointer": ".engine", "die_with_launcher": ".engine",
-    "seed_everything": ".engine", "seed_from_config": ".engine",
-    "DropPath": ".layers", "Dropout": ".layers", "feed_step": ".engine", "StepFedGraph": ".engine",
-    "UnkeyedGraphDraw": ".layers",
+    "ConsistentBatchTrainer": ".engine", "feed_step": ".engine", "StepFedGraph": ".engine",
+    "CheckpointDamaged": ".checkpoint.files", "CommittedCheckpointer": ".checkpoint.committed",
+    "die_with_launcher": ".lifetime.launcher",
+    "GlobalOrderBatchSampler": ".random.global_order", "KeyedAugmentation": ".random.keyed_dataset",
+    "GlobalMixup": ".random.global_mixup", "mixup_step": ".random.global_mixup",
+    "seed_everything": ".random", "seed_from_config": ".random",
+    "DropPath": ".random.layers", "Dropout": ".random.layers", "UnkeyedGraphDraw": ".random.layers",
+    "convert_stochastic_layers": ".random.layers", "watch_model": ".random.layers.stochastic_ops",
     "build_with_seeded_init": ".random", "recording_init": ".random", "reinitialize": ".random",
-    "watch_late_parameters": ".random", "convert_stochastic_layers": ".layers", "drawing_step": ".random.draws",
-    "watch_model": ".layers.stochastic_ops",
+    "watch_late_parameters": ".random", "drawing_step": ".random.draws",
 }
-_SUBPACKAGES = ("cli", "compat", "data", "engine", "layers", "models", "random", "testing")
+_SUBPACKAGES = ("checkpoint", "cli", "compat", "config", "data", "engine", "lifetime", "models", "random", "testing")
 __all__ = sorted(_EXPORTS, key=str.lower)
 
 

@@ -7,7 +7,7 @@ In process (quick tier):
   (``rank_scripts/augmentation_cases.py``), so a transform a new flowvision adds fails here until it has one;
 * per transform: a keyed sample is the same whatever was read before it and whatever the generators held, where
   the stock reads of the same samples from seeded streams differ with the read order;
-* the check by effect (``libai_ext.data.augmentation_check``): passes every case at every batch; refuses, naming
+* the check by effect (``libai_ext.random.augmentation_check``): passes every case at every batch; refuses, naming
   the transform by its path, a generator it cannot key (inside a ``Compose`` inside a ``RandomApply``, inside a
   two-crop wrapper's Compose) and OneFlow's ``rand`` held by a reference taken before the wrappers, both when it
   starts mid-epoch (the periodic check) and on the first batch (the generator-state probe); ``"warn"`` warns once
@@ -33,9 +33,9 @@ from PIL import Image
 from augmentation_cases import CASES, NOT_PER_SAMPLE, AllCases, TwoCrops, digest, drawing_classes
 from conftest import records_of_every_rank, rank_script
 from libai_ext.data import KeyedAugmentation, ensure_digits_cifar
-from libai_ext.data.augmentation_check import AugmentationCheck, UnkeyedAugmentationError
-from libai_ext.data.global_order import EpochBatch
-from libai_ext.layers.stochastic_ops import route_stochastic_ops
+from libai_ext.random.augmentation_check import AugmentationCheck, UnkeyedAugmentationError
+from libai_ext.random.global_order import EpochBatch
+from libai_ext.random.layers.stochastic_ops import route_stochastic_ops
 from libai_ext.random.owned_generators import find_owned_generators
 from libai_ext.testing import launch
 
@@ -177,7 +177,7 @@ def test_the_check_names_a_transform_inside_a_two_crop_wrapper(digits):
 def test_warn_names_the_transform_once_and_reads_on(digits, caplog):
     keyed = keyed_reader(OneCase(digits, T.Compose([HiddenBrightness(), T.ToTensor()])),
                          AugmentationCheck(action="warn", first_batches=2, period=1))
-    with caplog.at_level(logging.WARNING, logger="libai_ext.data.augmentation_check"):
+    with caplog.at_level(logging.WARNING, logger="libai_ext.random.augmentation_check"):
         assert len(read_epoch(keyed)) == 4
     warned = [r.getMessage() for r in caplog.records if "not keyed per sample" in r.getMessage()]
     assert len(warned) == 1 and "dataset.transform.transforms[0] (HiddenBrightness)" in warned[0], warned
@@ -216,7 +216,7 @@ def test_the_check_runs_on_the_first_batches_then_every_period():
 def test_the_check_config_keys_are_read_and_checked_by_name():
     from omegaconf import OmegaConf
 
-    from libai_ext.config_keys import key_names
+    from libai_ext.config.keys import key_names
 
     assert {"train.augmentation_check.action", "train.augmentation_check.first_batches",
             "train.augmentation_check.period"} <= set(key_names())

@@ -18,11 +18,9 @@ from libai.utils import distributed as dist
 from libai.utils.checkpoint import Checkpointer
 from omegaconf import DictConfig, OmegaConf
 
-from libai_ext.engine import checkpoint as committed
-from libai_ext.engine.checkpoint_files import (
-    MANIFEST, CheckpointDamaged, read_manifest, rng_state_path, staging_name,
-)
-from libai_ext.engine.resume import choose_resume_checkpoint, scan_for_resume
+from libai_ext.checkpoint import committed
+from libai_ext.checkpoint.files import MANIFEST, CheckpointDamaged, read_manifest, rng_state_path, staging_name
+from libai_ext.checkpoint.resume import choose_resume_checkpoint, scan_for_resume
 from libai_ext.testing import fault_injection
 
 

@@ -169,7 +169,7 @@ def test_train_net_help_lists_the_plugins_keys_with_the_codes_defaults(helps):
     from libai_ext.engine.launch import DEFAULT_TRAINER
     from libai_ext.random import DEFAULT_RANDOMNESS, RANDOMNESS_MODES, SEED_SCOPES
 
-    from libai_ext.config_keys import KEYS
+    from libai_ext.config.keys import KEYS
 
     text = " ".join(helps["train_net"][0].stdout.split())  # line breaks as spaces
     assert {"train.randomness", "train.checkpointer.checksums", "train.stage0_only_loading"} <= {k.name for k in KEYS}
@@ -328,7 +328,7 @@ def build_mixer(depth):
 def test_more_layers_than_pipeline_num_layers_is_refused_by_name(one_rank_demo):
     from libai.utils import distributed as dist
 
-    from libai_ext.engine.config_checks import recording_layer_indices
+    from libai_ext.config.checks import recording_layer_indices
 
     cfg = one_rank_demo
     cfg.model.depth = 6
@@ -342,7 +342,7 @@ def test_more_layers_than_pipeline_num_layers_is_refused_by_name(one_rank_demo):
     with recording_layer_indices(cfg) as used:
         model = build_mixer(4)
     assert used == {0, 1, 2, 3}
-    from libai_ext.engine.config_checks import modules_on, warn_on_pipeline_layer_mismatch
+    from libai_ext.config.checks import modules_on, warn_on_pipeline_layer_mismatch
 
     assert warn_on_pipeline_layer_mismatch(cfg, model, {0, 1}) is None  # one stage: nothing is left empty
     assert modules_on(model, dist.get_dist_util().get_layer_ranks(-1))[-2:] == ["norm", "head"]
@@ -357,7 +357,7 @@ def test_more_layers_than_pipeline_num_layers_is_refused_by_name(one_rank_demo):
     (10000, 1, [0, 0, 0], None),
 ])
 def test_pipeline_layer_mismatch_message(table, stages, stage_ids, expected):
-    from libai_ext.engine.config_checks import layer_mismatch_message
+    from libai_ext.config.checks import layer_mismatch_message
 
     message = layer_mismatch_message(table, stages, stage_ids, ["norm", "head"], {"model.depth": len(stage_ids)})
     if expected is None:
@@ -369,7 +369,7 @@ def test_pipeline_layer_mismatch_message(table, stages, stage_ids, expected):
 
 
 def test_model_layer_keys_found_in_libai_style_configs():
-    from libai_ext.engine.config_checks import model_layer_keys
+    from libai_ext.config.checks import model_layer_keys
 
     cfg = OmegaConf.create({"model": {"depths": [2, 2, 6, 2], "embed_dim": 96,
                                       "cfg": {"hidden_layers": 12, "hidden_size": 768}}})

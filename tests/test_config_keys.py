@@ -1,5 +1,5 @@
 """Config keys nobody reads: warned about by name with the closest known key, refused when they misspell a
-key of libai_ext's (``libai_ext.engine.key_guard``).
+key of libai_ext's (``libai_ext.config.key_guard``).
 
 * LiBai's keys come from the installed LiBai's source (``libai_keys``): a small package of known reads
   pins the scanner, and each LiBai line's own keys are found (main reads ``train.rdma_enabled``, 0.1.1 does
@@ -21,10 +21,10 @@ import pytest
 from libai.config import LazyConfig, try_get_key
 
 from conftest import ROOT, assert_refused_without_hang, rank_script, records_of_every_rank
-from libai_ext import config_keys
+from libai_ext.config import keys as config_keys
 from libai_ext.compat import libai_line, libai_main
-from libai_ext.engine import key_guard
-from libai_ext.engine.libai_keys import LibaiSource, keys_under_roots, libai_reads
+from libai_ext.config import key_guard
+from libai_ext.config.libai_keys import LibaiSource, keys_under_roots, libai_reads
 from libai_ext.testing import launch
 
 LIBAI_MAIN = libai_line() is libai_main

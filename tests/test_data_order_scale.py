@@ -12,7 +12,7 @@ import types
 import numpy as np
 import pytest
 
-from libai_ext.data.global_order import GlobalOrderBatchSampler
+from libai_ext.random.global_order import GlobalOrderBatchSampler
 from libai_ext.data.position import DataPosition, resume_position
 
 BILLION = 10 ** 9

@@ -16,7 +16,7 @@ from libai.data.samplers import CyclicSampler
 from oneflow.utils.data import DataLoader, Dataset
 
 from libai_ext.data import KeyedAugmentation
-from libai_ext.data.global_order import EpochBatch
+from libai_ext.random.global_order import EpochBatch
 from libai_ext.engine import global_loader
 from libai_ext.engine.global_loader import order_train_loaders, use_global_order
 from libai_ext.random.owned_generators import find_owned_generators

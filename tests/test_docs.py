@@ -743,8 +743,8 @@ def test_no_table_appears_on_two_pages():
 
 
 def option_defaults():
-    """``{"--option" or "config.key": default as text}`` from the tools' parsers and libai_ext/config_keys.py."""
-    from libai_ext import config_keys
+    """``{"--option" or "config.key": default as text}`` from the tools' parsers and libai_ext/config/keys.py."""
+    from libai_ext.config import keys as config_keys
 
     defaults = {key.name: key.default for key in config_keys.KEYS}
     for name in ("check_equivalence", "check_batch", "compare_runs", "gpu_check", "make_text_data", "print_run"):

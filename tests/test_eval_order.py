@@ -7,7 +7,7 @@ by side, the filler row that ends each of the last ``lack`` shares squeezed out.
 import pytest
 from libai.data.samplers import SingleRoundSampler
 
-from libai_ext.data.eval_order import GlobalOrderTestSampler
+from libai_ext.random.eval_order import GlobalOrderTestSampler
 
 
 def evaluated(dp, micro, size, eval_iter=10 ** 5, sampler=GlobalOrderTestSampler):

@@ -15,7 +15,7 @@ import oneflow as flow
 import pytest
 
 from conftest import rank_script, records_of_every_rank
-from libai_ext.layers import Dropout
+from libai_ext.random.layers import Dropout
 from libai_ext.random import modes, shard_rng
 from libai_ext.testing import launch
 

@@ -12,7 +12,7 @@ The end-to-end case (a real training job, a rank killed during a save, under ``t
 import os
 
 from conftest import rank_script
-from libai_ext.engine.launcher_lifetime import DISABLE_ENV, die_with_launcher, is_oneflow_launcher
+from libai_ext.lifetime.launcher import DISABLE_ENV, die_with_launcher, is_oneflow_launcher
 from libai_ext.testing.lifetime import launch_under_timeout
 
 LIMIT_S = 5.0

@@ -1,14 +1,28 @@
-"""The package's layers: the runtime imports neither ``libai_ext.cli`` nor ``libai_ext.testing``, and no module
-imports itself back through another."""
+"""The package's layers: one folder per concern, each importing only the folders below it (``MAY_IMPORT``, as each
+folder's ``__init__`` docstring says); the runtime imports neither ``libai_ext.cli`` nor ``libai_ext.testing``, and
+no module imports itself back through another."""
 import ast
 import os
 
-from libai_ext import fault_points
+from libai_ext.lifetime import fault_points
 from libai_ext.testing import fault_injection
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "libai_ext")
 OUTSIDE_THE_RUNTIME = ("libai_ext.cli", "libai_ext.testing")
+# folder -> the other folders of libai_ext its modules may import (docs/architecture.md)
+MAY_IMPORT = {
+    "compat": set(),
+    "config": set(),
+    "random": {"compat"},
+    "data": {"random", "compat"},
+    "lifetime": {"compat", "config"},
+    "checkpoint": {"lifetime", "random", "compat", "config"},
+    "models": {"random", "compat"},
+    "engine": {"checkpoint", "lifetime", "config", "random", "data", "compat", "models"},
+    "cli": None,  # anything
+    "testing": None,
+}
 
 
 def _modules():
@@ -53,6 +67,35 @@ def test_the_runtime_imports_neither_the_tools_nor_the_test_helpers():
     offenders = {m: sorted(i for i in _imports(m, p, modules) if i.startswith(OUTSIDE_THE_RUNTIME))
                  for m, p in runtime.items()}
     assert {m: i for m, i in offenders.items() if i} == {}
+
+
+def _folder(module):
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or os.path.isdir(os.path.join(PACKAGE, parts[-1])) else None
+
+
+def test_every_folder_imports_only_the_folders_below_it():
+    modules = _modules()
+    folders = {name for name in os.listdir(PACKAGE) if os.path.isfile(os.path.join(PACKAGE, name, "__init__.py"))}
+    assert folders == set(MAY_IMPORT), "a folder of libai_ext missing from MAY_IMPORT (or gone)"
+    top_level = sorted(m for m in modules if m != "libai_ext" and _folder(m) is None)
+    assert top_level == [], "every module belongs to a folder of one concern"
+    offenders = []
+    for module, path in modules.items():
+        folder = _folder(module)
+        if folder is None or MAY_IMPORT[folder] is None:
+            continue
+        for imported in _imports(module, path, modules):
+            target = _folder(imported)
+            if target is not None and target != folder and target not in MAY_IMPORT[folder]:
+                offenders.append(f"{module} imports {imported}")
+    assert offenders == []
+
+
+def test_every_folder_says_what_it_owns_and_may_import():
+    for folder in MAY_IMPORT:
+        doc = ast.get_docstring(ast.parse(open(os.path.join(PACKAGE, folder, "__init__.py")).read()))
+        assert doc and len(doc) > 150 and "May import" in doc, folder
 
 
 def test_no_import_circle():

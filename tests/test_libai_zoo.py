@@ -2,7 +2,7 @@
 tests/test_zoo_equivalence.py).
 
 * conversion: every ``nn.Dropout`` and LiBai ``DropPath`` of LiBai's GPT, BERT, ViT, T5 and Swin
-  becomes a ``libai_ext.layers`` layer under the same name, state dict keys unchanged;
+  becomes a ``libai_ext.random.layers`` layer under the same name, state dict keys unchanged;
 * the fused dropout ops LiBai calls under ``bias_dropout_fusion`` have no CPU kernel in OneFlow 0.9.0
   (stock fails); routed, they run and draw exactly the masks of the unfused path;
 * ``train.seed`` controls the masks (stock ``nn.Dropout`` ignores every seed);
@@ -30,7 +30,7 @@ def one_rank_layout():
 
 @pytest.fixture
 def routed():
-    from libai_ext.layers import stochastic_ops
+    from libai_ext.random.layers import stochastic_ops
 
     stochastic_ops.route_stochastic_ops()
     yield stochastic_ops
@@ -54,7 +54,7 @@ def token_ids():
 
 
 def prepared(model):
-    from libai_ext.layers import convert_stochastic_layers, name_stochastic_layers, stochastic_ops
+    from libai_ext.random.layers import convert_stochastic_layers, name_stochastic_layers, stochastic_ops
 
     converted = convert_stochastic_layers(model)
     name_stochastic_layers(model)
@@ -90,7 +90,7 @@ def libai_models():
 
 @pytest.mark.parametrize("name", ["gpt", "bert", "vit", "t5", "swin"])
 def test_every_stochastic_module_of_libai_models_is_converted(name):
-    from libai_ext.layers import DropPath, Dropout
+    from libai_ext.random.layers import DropPath, Dropout
     from libai_ext.random.audit import stochastic_findings
 
     model = libai_models()[name]()

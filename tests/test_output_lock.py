@@ -18,7 +18,7 @@ import pytest
 
 from conftest import ROOT
 from demo_runs import digits, train_args, train_net
-from libai_ext.engine.output_lock import LOCK_FILE, OutputDirInUse, lock_output_dir
+from libai_ext.lifetime.output_lock import LOCK_FILE, OutputDirInUse, lock_output_dir
 from libai_ext.testing import launch
 
 # The module alone (standard library only): the package libai_ext.engine would import OneFlow.

@@ -31,8 +31,8 @@ import signal
 import pytest
 
 from demo_runs import ITERS, NPROC, checkpoint, digits, new_losses, read_text, train_args, train_net
-from libai_ext.engine.checkpoint_files import MANIFEST
-from libai_ext.engine.preemption_signals import EXIT_GRACE_EXPIRED, EXIT_PREEMPTED
+from libai_ext.checkpoint.files import MANIFEST
+from libai_ext.lifetime.preemption_signals import EXIT_GRACE_EXPIRED, EXIT_PREEMPTED
 from libai_ext.testing.fault_injection import SIGNAL_AT_ENV, SIGNAL_MESSAGE, STALL_AT_ENV, STALL_MESSAGE, kill_at
 from libai_ext.testing.reaped_job import ReapedJob
 

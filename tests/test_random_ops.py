@@ -37,8 +37,8 @@ sys.path.insert(0, RANK_SCRIPTS)
 
 from random_op_cases import BROKEN_IN_ONEFLOW, CASES, FAN_SCALED, LOCAL_ONLY, ROWS, Probe, all_cases  # noqa: E402
 
-from libai_ext.layers import stochastic_ops  # noqa: E402
-from libai_ext.layers.random_ops import HANDLERS  # noqa: E402
+from libai_ext.random.layers import stochastic_ops  # noqa: E402
+from libai_ext.random.layers.random_ops import HANDLERS  # noqa: E402
 from libai_ext.random import oneflow_draws, op_inventory  # noqa: E402
 from libai_ext.random.audit import REFUSED, StochasticModelError, audit_stochastic_ops, refused_modules  # noqa: E402
 from libai_ext.random.draws import drawing_step  # noqa: E402
@@ -479,7 +479,7 @@ def test_a_module_of_no_watched_model_drawing_inside_a_forward_is_refused(routed
 
 
 def test_models_with_the_same_names_draw_apart_once_the_second_has_a_place(routed):
-    from libai_ext.layers import convert_stochastic_layers, name_stochastic_layers
+    from libai_ext.random.layers import convert_stochastic_layers, name_stochastic_layers
 
     models = []
     for _ in range(2):
@@ -526,7 +526,7 @@ class DrawsThroughEveryOp(flow.utils.data.Dataset):
 
 def test_keyed_augmentation_gives_a_sample_the_same_draws_whatever_the_read_order():
     from libai_ext.data import KeyedAugmentation
-    from libai_ext.data.global_order import EpochBatch
+    from libai_ext.random.global_order import EpochBatch
 
     keyed = KeyedAugmentation(DrawsThroughEveryOp(), seed=3)
     first = keyed[EpochBatch([4, 9, 2], epoch=0)]
@@ -540,7 +540,7 @@ def test_keyed_augmentation_gives_a_sample_the_same_draws_whatever_the_read_orde
 
 
 def _batches(keyed, starts, epoch=0):
-    from libai_ext.data.global_order import EpochBatch
+    from libai_ext.random.global_order import EpochBatch
 
     return [keyed[EpochBatch(list(range(start, start + 8)), epoch=epoch)] for start in starts]
 
@@ -578,7 +578,8 @@ def test_keyed_augmentation_hears_a_oneflow_draw_at_the_call_and_touches_nothing
     rank's queued work) after the epoch's first batch; the first batch that draws, through a Tensor method
     or ``oneflow._C`` in a helper, is read again with OneFlow keyed, and so are the later ones: every value is
     that of the same dataset keyed in full."""
-    from libai_ext.data import KeyedAugmentation, keyed_dataset
+    from libai_ext.data import KeyedAugmentation
+    from libai_ext.random import keyed_dataset
     from libai_ext.random import sample_keys
 
     touches = []
@@ -607,7 +608,7 @@ def test_keyed_augmentation_sees_an_unreported_draw_in_the_generator_state():
     """A reference to OneFlow's own ``rand`` taken before the wrappers draws with no call to hear: in a loader
     worker every batch's generator state shows it, from the batch it starts in."""
     from libai_ext.data import KeyedAugmentation
-    from libai_ext.data.global_order import EpochBatch
+    from libai_ext.random.global_order import EpochBatch
 
     batches = [EpochBatch(list(range(start, start + 8)), epoch=0) for start in STARTS]
     in_worker = flow.utils.data.DataLoader(KeyedAugmentation(SometimesOneFlow(_through_an_unwrapped_reference), 3),
@@ -632,7 +633,7 @@ def test_keyed_augmentation_in_the_main_process_checks_the_state_at_each_epoch_a
     _batches(learning, STARTS)  # epoch 0: its first batch draws nothing, 40 and 48 draw unheard
     assert not learning.draws_from_oneflow
     next_epoch = (40, 0, 8, 16, 48)  # its first batch draws
-    with caplog.at_level(logging.WARNING, logger="libai_ext.data.keyed_dataset"):
+    with caplog.at_level(logging.WARNING, logger="libai_ext.random.keyed_dataset"):
         assert _batches(learning, next_epoch, epoch=1) == _batches(in_full, next_epoch, epoch=1)
     assert learning.draws_from_oneflow
     warned = [r.getMessage() for r in caplog.records if "wrappers do not see" in r.getMessage()]

@@ -314,7 +314,7 @@ def _one_rank_global(x):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("as_global", [False, True])
 def test_gradient_is_the_mask_scaled(mode, as_global):
-    from libai_ext.layers import Dropout
+    from libai_ext.random.layers import Dropout
 
     x = flow.ones(16, 32)
     x = (_one_rank_global(x) if as_global else x).requires_grad_()
@@ -328,7 +328,7 @@ def test_gradient_is_the_mask_scaled(mode, as_global):
 # ---- what a call computes: OneFlow's kernel, bit for bit ------------------------------------------
 
 def _native_dropout(x, p):
-    from libai_ext.layers import stochastic
+    from libai_ext.random.layers import stochastic
 
     generator = flow.Generator()
     generator.manual_seed(11)
@@ -349,7 +349,7 @@ def test_outputs_equal_oneflows_dropout_kernel_bit_for_bit(dtype):
     ``1.0f / (1.0f - p)`` computed in float32; dropped, ``x * 0`` (a signed zero, NaN for an
     infinity).  The layer's previous scale, ``1 / (1 - p)`` rounded from double, is seen to differ
     from the kernel's at some of these rates."""
-    from libai_ext.layers import Dropout
+    from libai_ext.random.layers import Dropout
 
     x = flow.tensor(_special_values((128, 96))).to(getattr(flow, dtype))
     values = x.numpy()
@@ -376,7 +376,7 @@ def test_float16_kept_values_are_the_cuda_kernels():
     """OneFlow 0.9.0 has no CPU dropout kernel for float16 (refused here); its CUDA kernel multiplies
     in float16 by the float32 scale rounded to float16: kept = round(x * round(1.0f / (1.0f - p))),
     which the layer computes on every device (``make gpu-check`` compares with the kernel on a GPU)."""
-    from libai_ext.layers import Dropout
+    from libai_ext.random.layers import Dropout
 
     with pytest.raises(Exception, match="Cannot find the kernel"):
         _native_dropout(flow.ones(4, dtype=flow.float16), 0.1).numpy()
@@ -410,7 +410,7 @@ def test_rate_one_drops_everything_as_stock_and_rate_zero_returns_the_input(mode
     gradients; p = 0 returns the input itself."""
     import libai.layers
 
-    from libai_ext.layers import DropPath, Dropout, convert_stochastic_layers
+    from libai_ext.random.layers import DropPath, Dropout, convert_stochastic_layers
 
     x = _one_rank_global(flow.tensor(_special_values((8, 16))))  # LiBai's DropPath reads x.sbp
     expected = (x * 0).numpy()
@@ -435,7 +435,7 @@ def test_drop_path_kept_values_are_libais():
     (0.1.1's ``x.div(keep_prob)`` rounds the quotient per element: within one unit in the last place)."""
     import libai.layers
 
-    from libai_ext.layers import DropPath
+    from libai_ext.random.layers import DropPath
 
     values = np.random.default_rng(7).standard_normal((64, 3, 5)).astype(np.float32)
     x = _one_rank_global(flow.tensor(values))
@@ -458,7 +458,7 @@ def test_drop_path_kept_values_are_libais():
 def test_backward_keeps_a_one_byte_mask(monkeypatch, as_global):
     """What autograd saves for a layout-invariant dropout is the bool mask (1 byte an element, as
     OneFlow's kernel keeps), not ``m`` in x's dtype; the gradient is still ``m``."""
-    from libai_ext.layers import Dropout, stochastic
+    from libai_ext.random.layers import Dropout, stochastic
 
     saved = []
     function = stochastic._scale_kept(stochastic.dropout_scale(0.25))
@@ -482,7 +482,7 @@ def test_backward_keeps_a_one_byte_mask(monkeypatch, as_global):
 def test_a_fresh_layer_draws_a_steps_masks_again(mode):
     """Inside a trainer step the masks come from (step, call) alone: a resumed run (a fresh layer,
     no state) draws the masks of step t again; outside a step each layer counts its calls."""
-    from libai_ext.layers import Dropout
+    from libai_ext.random.layers import Dropout
     from libai_ext.random.draws import drawing_step
 
     def layer():
@@ -529,7 +529,7 @@ def test_graph_dropout_of_oneflow_ignores_its_generator():
 def test_fast_mode_in_a_graph_draws_the_counter_masks():
     """Inside GraphBase both modes draw the "layout_invariant" masks, a new one every step."""
     from libai_ext.engine.graph import GraphBase
-    from libai_ext.layers import Dropout
+    from libai_ext.random.layers import Dropout
 
     class Scaled(flow.nn.Module):
         def __init__(self, mode):
@@ -561,7 +561,7 @@ def test_fast_mode_in_a_graph_draws_the_counter_masks():
 
 def test_masks_ignore_the_seed_scope_and_eval_mode():
     from libai_ext import seed_everything
-    from libai_ext.layers import Dropout
+    from libai_ext.random.layers import Dropout
 
     x = flow.ones(8, 8)
     outputs = []
@@ -599,7 +599,7 @@ def test_bad_randomness_stops_every_rank(repo_root, tmp_path):
 def test_a_batch_holding_each_sample_twice_draws_two_masks_per_sample(mode):
     """LiBai's SimCSE (unsupervised) puts each sentence twice in one batch and needs dropout to give the two
     copies different masks: rows are keyed by their position, not by their values."""
-    from libai_ext.layers import Dropout
+    from libai_ext.random.layers import Dropout
     from libai_ext.random.draws import drawing_step
 
     d = Dropout(0.5, randomness=mode).train()

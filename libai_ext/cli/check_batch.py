@@ -77,7 +77,7 @@ def check(cfg, trainer_cls, num_batches):
     from ..compat.get_batch_api import call_get_batch
     from ..engine.batch import check_fields
     from ..engine.batch_check import all_gather_local, mixed_copy, source_ranks
-    from ..engine.global_mixup import split_mixup
+    from ..random.global_mixup import split_mixup
     from ..engine.trainer import ConsistentBatchTrainer
 
     cfg.train.stage0_only_loading = False  # every rank must load, to compare what each would contribute

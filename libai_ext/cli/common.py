@@ -11,7 +11,7 @@ import sys
 import textwrap
 
 from .. import __version__
-from ..config_keys import STOCK_MEANING, STOCK_TRAINER, is_stock  # noqa: F401 (the tools' names)
+from ..config.keys import STOCK_MEANING, STOCK_TRAINER, is_stock  # noqa: F401 (the tools' names)
 
 OVERRIDES_DEST = "opts"
 EXIT_USAGE = 2

@@ -6,8 +6,8 @@ The command line is parsed here, before OneFlow and LiBai are imported; the run 
 """
 import sys
 
-from .. import config_keys
-from ..bootstrap_wait import wait_for_rank0_bootstrap
+from ..config import keys as config_keys
+from ..lifetime.bootstrap_wait import wait_for_rank0_bootstrap
 from .common import ToolParser, epilog, require_files
 
 DESCRIPTION = f"""\

@@ -15,7 +15,7 @@ device, so the same call is right on CPU and CUDA hosts.
 Every change to another package, here and elsewhere in libai_ext, goes through ``patching``: the
 registry that declares it and can undo it (``applied_patches()``, ``restoring_patches()``).  Importing
 this package loads neither OneFlow nor LiBai (``patching`` is standard library only).  May import
-OneFlow and LiBai; of libai_ext only ``random.modes`` (a mode a repair reads when called).
+OneFlow and LiBai, nothing else of libai_ext (a repair that depends on a mode is given it when installed).
 """
 import importlib
 import logging
@@ -30,8 +30,9 @@ def apply_patches():
 
     Returns the names of the attributes replaced so far.
     """
-    from . import (compile_step, cpu_bias_gelu, cpu_layer_norm, cuda_placements, graph_proxy_v0_1, special_tokens,
-                   swin_v0_1)
+    from . import (
+        compile_step, cpu_bias_gelu, cpu_layer_norm, cuda_placements, graph_proxy_v0_1, special_tokens, swin_v0_1,
+    )
 
     compile_step.apply()
     cuda_placements.apply()

@@ -25,7 +25,6 @@ local CUDA tensors (``batch_norm_stats`` and the other ops behind ``SyncBatchNor
 """
 import oneflow as flow
 
-from ..random.modes import randomness
 from .patching import replace
 
 # OneFlow 0.9.0's functional ops that normalise, by what they reduce over.
@@ -38,6 +37,7 @@ NOT_NORMALISATION = ("norm", "matrix_norm", "vector_norm", "embedding_renorm_", 
                      "dispatch_image_normalize")
 
 _kernels = {}  # OneFlow's own ops, for every call this module does not take over
+_active = [lambda: False]  # read at each call: whether the whole-batch statistics are wanted now
 
 
 def splits_reduced_axis(x, channel_axis):
@@ -52,7 +52,7 @@ def splits_reduced_axis(x, channel_axis):
 
 
 def _takes_over(x, axis, is_training):
-    return is_training and randomness() == "layout_invariant" and splits_reduced_axis(x, axis)
+    return is_training and _active[0]() and splits_reduced_axis(x, axis)
 
 
 def normalization(x, running_mean, running_var, weight, bias, axis=1, epsilon=1e-5, momentum=0.1,
@@ -120,8 +120,10 @@ def _normalize_over_global_batch(x, running_mean, running_var, weight, bias, axi
     return y
 
 
-def route_batch_statistics():
-    """Take over OneFlow's batch-normalisation ops (idempotent; the mode is read at each call)."""
+def route_batch_statistics(is_active):
+    """Take over OneFlow's batch-normalisation ops (idempotent); ``is_active()``, read at each call, says whether
+    the whole batch's statistics are wanted (the trainer passes ``train.randomness == "layout_invariant"``)."""
+    _active[0] = is_active
     for name, replacement in (("normalization", normalization), ("normalization_add_relu", normalization_add_relu)):
         _kernels.setdefault(name, getattr(flow._C, name))
         replace(flow._C, name, replacement, "BatchNorm over the global batch under layout_invariant "

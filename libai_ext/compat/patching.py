@@ -81,7 +81,7 @@ PATCHES = (
           "while libai_ext's GraphBase traces"),
     Patch("first_forward_check", "sys.setprofile",
           "layout-invariant randomness: OneFlow's random ops reached around the wrappers are named "
-          "(libai_ext/layers/stochastic_ops.py)", "both", "any", _ROUTING_DISABLE, "tests/test_random_ops.py",
+          "(libai_ext/random/layers/stochastic_ops.py)", "both", "any", _ROUTING_DISABLE, "tests/test_random_ops.py",
           "during a watched model's first training forward"),
     Patch("preemption_signals", "signal handlers of train.preemption.signals and the launcher's end "
           "(SIGRTMIN+6), signal.set_wakeup_fd, prctl(PR_SET_PDEATHSIG); SIGINT and SIGALRM during a preemption's save",

@@ -2,6 +2,9 @@
 for LiBai's GPT-2 and BERT (built offline with LiBai's preprocess tool), and the layout-invariant
 data order (global-order train and test samplers, per-sample keyed augmentation, the train
 position that checkpoints save).  May import ``random`` (the data keys) and ``compat``."""
+from ..random.eval_order import GlobalOrderTestSampler
+from ..random.global_order import BatchPosition, EpochBatch, GlobalOrderBatchSampler
+from ..random.keyed_dataset import KeyedAugmentation
 from .cifar import CIFAR100Folder
 from .digits import (
     DIGITS_NUM_CLASSES,
@@ -12,9 +15,6 @@ from .digits import (
     stratified_split,
     upscale_digits,
 )
-from .eval_order import GlobalOrderTestSampler
-from .global_order import BatchPosition, EpochBatch, GlobalOrderBatchSampler
-from .keyed_dataset import KeyedAugmentation
 from .ordered_loader import GlobalOrderLoader, batch_position
 from .position import DataPosition, GlobalBatchGuard
 from .text_data import ensure_text_data, text_data_file

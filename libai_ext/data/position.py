@@ -18,7 +18,7 @@ checkpoint that writer saves, and a resume continues from it:
 """
 import logging
 
-from .global_order import OrderPosition
+from ..random.global_order import OrderPosition
 
 logger = logging.getLogger(__name__)
 

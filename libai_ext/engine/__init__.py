@@ -1,31 +1,17 @@
-"""The trainer and what runs around it: the batch path, checkpoint and resume, process lifetime (launch,
-preemption, the launcher's end, collectives), config checks and graph mode (docs/architecture.md).
+"""The trainer and the batch path: ``ConsistentBatchTrainer`` (``trainer``), every field made global on stage 0
+and moved to its stage (``batch``), LiBai's loaders with the global order and first-stage-only reading
+(``global_loader``, ``stage0_loading``), a step's micro-batches (``step_batches``, ``step_schedule``), the check
+of a batch across ranks (``batch_check``), graph mode (``graph``), the trainer's hooks and raw losses (``hooks``,
+``raw_losses``), the start-up a launched script runs (``launch``) and the recording the equivalence tool reads
+(``module_recorder``).
 
-May import ``compat``, ``random``, ``layers``, ``data`` and the top-level modules; never ``cli`` or ``testing``.
+May import every runtime folder (``checkpoint``, ``lifetime``, ``config``, ``random``, ``data``, ``compat``,
+``models``); never ``cli`` or ``testing``.
 """
-from .batch import consistent_batch
-from .checkpoint import CommittedCheckpointer, CommittedPeriodicCheckpointer
-from .checkpoint_files import CheckpointDamaged
-from .global_mixup import GlobalMixup, mixup_step
-from .graph import GraphBase, StepFedGraph, feed_step
-from .launcher_lifetime import die_with_launcher
 from ..compat.layout import placement_data_parallel_rank
-from ..random import seed_everything, seed_from_config
+from .batch import consistent_batch
+from .graph import GraphBase, StepFedGraph, feed_step
 from .trainer import ConsistentBatchTrainer
 
-__all__ = [
-    "CheckpointDamaged",
-    "CommittedCheckpointer",
-    "CommittedPeriodicCheckpointer",
-    "ConsistentBatchTrainer",
-    "GlobalMixup",
-    "GraphBase",
-    "StepFedGraph",
-    "consistent_batch",
-    "die_with_launcher",
-    "feed_step",
-    "mixup_step",
-    "placement_data_parallel_rank",
-    "seed_everything",
-    "seed_from_config",
-]
+__all__ = ["ConsistentBatchTrainer", "GraphBase", "StepFedGraph", "consistent_batch", "feed_step",
+           "placement_data_parallel_rank"]

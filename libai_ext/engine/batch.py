@@ -20,7 +20,7 @@ from libai.data.structures import DistTensorData
 from libai.utils import distributed as dist
 
 from ..compat import layout
-from .global_mixup import split_mixup
+from ..random.global_mixup import split_mixup
 
 
 def nd_sbp_from_names(sbp_list, field_name):

@@ -26,10 +26,10 @@ from libai.data.structures import DistTensorData, Instance
 from libai.utils import distributed as dist
 
 from ..compat import get_batch_api, libai_line
-from .batch import apply_mixup, check_fields, reraise_worker_error
-from .global_mixup import split_mixup
-from .stage0_loading import Stage0Batch
 from ..compat.layout import layout_coordinates
+from ..random.global_mixup import split_mixup
+from .batch import apply_mixup, check_fields, reraise_worker_error
+from .stage0_loading import Stage0Batch
 from .trainer import ConsistentBatchTrainer
 
 BATCH_CHECK_MODES = ("off", "first", "every")

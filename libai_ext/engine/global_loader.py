@@ -19,7 +19,7 @@ rank's own streams); their loaders get a ``GlobalBatchGuard`` (a resume under an
 batch is refused) and a warning naming any generator their dataset owns.
 
 Test loaders (``SingleRoundSampler``): rebuilt by ``use_global_test_order`` to walk the test set
-in one global order (``data.eval_order``).
+in one global order (``random.eval_order``).
 """
 import logging
 
@@ -28,14 +28,14 @@ from libai.data.build import trivial_batch_collator
 from libai.data.samplers import CyclicSampler, SingleRoundSampler
 from oneflow.utils.data import DataLoader
 
-from ..data.augmentation_check import AugmentationCheck
-from ..data.eval_order import GlobalOrderTestSampler
-from ..data.global_order import GlobalOrderBatchSampler
-from ..data.keyed_dataset import KeyedAugmentation
 from ..data.ordered_loader import GlobalOrderLoader
 from ..data.position import GLOBAL_BATCH_KEYS as DATA_POSITION_KEYS
 from ..data.position import DataPosition, GlobalBatchGuard
 from ..random import DEFAULT_RANDOMNESS, check_randomness, oneflow_draws
+from ..random.augmentation_check import AugmentationCheck
+from ..random.eval_order import GlobalOrderTestSampler
+from ..random.global_order import GlobalOrderBatchSampler
+from ..random.keyed_dataset import KeyedAugmentation
 from ..random.owned_generators import find_owned_generators, reseed
 from ..random.stream_probe import streams_drawn_by
 
@@ -89,7 +89,7 @@ def use_global_order(loader, consumed_samples=0, micro_batch_size=None, num_accu
     batch is that, or that times ``num_accumulation_steps`` (LiBai 0.1.1's graph mode).  The position is
     an argument: with workers, LiBai main's loader has already advanced its sampler by the batches its
     persistent workers prefetched.  ``check``: the check by effect of the keyed augmentation
-    (``data.augmentation_check.AugmentationCheck``), or None.
+    (``random.augmentation_check.AugmentationCheck``), or None.
     """
     stock = getattr(loader, "batch_sampler", None)
     if not isinstance(loader, DataLoader) or type(stock) is not CyclicSampler:
@@ -179,7 +179,7 @@ def warn_unkeyed_generators(loader):
 
 
 def use_global_test_order(loader):
-    """A LiBai test loader (``SingleRoundSampler``) rebuilt to walk one global order (``data.eval_order``);
+    """A LiBai test loader (``SingleRoundSampler``) rebuilt to walk one global order (``random.eval_order``);
     anything else (None, another sampler) is returned as is."""
     stock = getattr(loader, "batch_sampler", None)
     if not isinstance(loader, DataLoader) or type(stock) is not SingleRoundSampler:

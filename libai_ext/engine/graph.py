@@ -2,7 +2,7 @@
 
 ``StepFedGraph`` (a mixin) and ``feed_step(graph)`` give any ``nn.Graph`` the training step as an
 input at every train call, so stochastic layers draw the masks of eager training
-(``libai_ext.layers.graph_calls``); ``ConsistentBatchTrainer`` feeds it to whatever graph the config
+(``libai_ext.random.layers.graph_calls``); ``ConsistentBatchTrainer`` feeds it to whatever graph the config
 names.  ``GraphBase`` is one of them:
 
 LiBai 0.1.1's ``libai.models.utils.GraphBase`` reaches graph-side settings through
@@ -29,8 +29,8 @@ from oneflow.nn.graph import GraphModule
 from libai.utils import distributed as dist
 
 from ..compat import cpu_graph_shared_params, layout
-from ..layers import graph_calls
 from ..random.draws import current_step
+from ..random.layers import graph_calls
 
 logger = logging.getLogger(__name__)
 
@@ -323,7 +323,7 @@ class GraphBase(StepFedGraph, nn.Graph):
     it runs after the automatic pass.  LiBai 0.1.1 models' own ``set_pipeline_stage_id``
     is not called: it is written against the pre-0.9 ``.origin`` API.
 
-    Dropout / DropPath of ``libai_ext.layers``: a train graph takes the global step (the
+    Dropout / DropPath of ``libai_ext.random.layers``: a train graph takes the global step (the
     trainer's, or its own call count outside a trainer) as an extra input at every call
     (``StepFedGraph``), so each step draws new masks, the ones eager
     training draws.

@@ -5,7 +5,7 @@ import os
 from libai.engine.hooks import HookBase
 from libai.utils import distributed as dist
 
-from ..raw_losses import RAW_LOSSES_FILE
+from .raw_losses import RAW_LOSSES_FILE
 
 
 class RawLossWriter(HookBase):

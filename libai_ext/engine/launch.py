@@ -21,16 +21,16 @@ from libai.utils.checkpoint import Checkpointer
 from libai.utils.logger import setup_logger
 
 from ..compat import apply_patches, fill_missing_config_keys, libai_line, patching
-from ..config_keys import STOCK_MEANING, is_stock
+from ..config.key_guard import guard_config_keys
+from ..config.keys import STOCK_MEANING, is_stock
+from ..lifetime.launcher import DISABLE_ENV, die_with_launcher, is_oneflow_launcher
+from ..lifetime.output_lock import claim_output_dir
+from ..lifetime.preemption import Preempted, preemption_settings
+from ..random import DEFAULT_RANDOMNESS, check_randomness
+from ..random.seeding import check_scope, check_seed, seed_from_config
 from .batch_check import BATCH_CHECK_MODES, install_batch_check
 from .graph import check_graph_config
 from .hooks import RawLossWriter
-from .key_guard import guard_config_keys
-from .launcher_lifetime import DISABLE_ENV, die_with_launcher, is_oneflow_launcher
-from .output_lock import claim_output_dir
-from .preemption import Preempted, preemption_settings
-from ..random import DEFAULT_RANDOMNESS, check_randomness
-from ..random.seeding import check_scope, check_seed, seed_from_config
 
 DEFAULT_TRAINER = "libai_ext.ConsistentBatchTrainer"
 SETUP_DONE = "LiBai set-up done (default_setup)"
@@ -183,7 +183,7 @@ def print_patch_table(args):
 
 def exit_on_error(fn, *args):
     """Run ``fn``; on an error, print it and end this process at once (code 1); on a preemption, end
-    with its code once the checkpoint is committed (``libai_ext.engine.preemption``).
+    with its code once the checkpoint is committed (``libai_ext.lifetime.preemption``).
 
     After a Python error, OneFlow 0.9.0 can block this process's exit waiting on its peers
     (seen with all 8 ranks refusing the same config): ending at once leaves no rank hanging.

@@ -18,8 +18,8 @@ import oneflow as flow
 from libai.data.structures import DistTensorData
 from libai.utils import distributed as dist
 
+from ..random.global_mixup import split_mixup
 from .batch import apply_mixup, check_fields, check_mixup_fields, fields_to_global, reraise_worker_error
-from .global_mixup import split_mixup
 
 _LAYOUT_BYTES = 8192
 

@@ -9,26 +9,28 @@ from libai.config.lazy import locate
 from libai.engine import DefaultTrainer
 from libai.utils import distributed as dist
 
+from ..checkpoint.committed import use_committed_checkpoints, with_committed_retention
+from ..checkpoint.resume import choose_resume_checkpoint, continue_finished_run, load_checkpoint_or_weights
 from ..compat import batch_statistics, fill_missing_config_keys, get_batch_api, graph_proxy_v0_1, vocab_padding
 from ..compat.layout import placement_data_parallel_rank
 from ..compat.pipeline_stages import explain_mixed_stages
+from ..config.checks import recording_layer_indices, warn_on_pipeline_layer_mismatch
+from ..config.key_guard import guard_config_keys
 from ..data.position import KEY as DATA_POSITION
-from ..layers import convert_stochastic_layers, name_stochastic_layers, stochastic_ops
-from ..random import DEFAULT_RANDOMNESS, preserved_rng_state, recording_init, reinitialize, watch_late_parameters
+from ..lifetime.launcher import die_with_launcher
+from ..lifetime.output_lock import claim_output_dir
+from ..lifetime.preemption import evaluate_interruptibly, preemptible
+from ..random import (
+    DEFAULT_RANDOMNESS, modes, preserved_rng_state, recording_init, reinitialize, watch_late_parameters,
+)
 from ..random.audit import audit_stochastic_ops
-from ..random.param_init import DEFAULT_REBUILD_LIMIT_GIB
 from ..random.draws import drawing_step
+from ..random.layers import convert_stochastic_layers, name_stochastic_layers, stochastic_ops
+from ..random.param_init import DEFAULT_REBUILD_LIMIT_GIB
 from .batch import consistent_batch
-from .checkpoint import use_committed_checkpoints, with_committed_retention
-from .config_checks import recording_layer_indices, warn_on_pipeline_layer_mismatch
-from .hooks import RawLossWriter
 from .global_loader import layout_invariant, order_train_loaders, use_global_test_order, wants_global_order
 from .graph import check_graph_config, feed_step
-from .key_guard import guard_config_keys
-from .launcher_lifetime import die_with_launcher
-from .output_lock import claim_output_dir
-from .preemption import evaluate_interruptibly, preemptible
-from .resume import choose_resume_checkpoint, continue_finished_run, load_checkpoint_or_weights
+from .hooks import RawLossWriter
 from .stage0_loading import Stage0Batch, Stage0OnlyLoader
 from .step_batches import StepBatchLoader, StepMicroBatch
 from .step_schedule import per_optimizer_step, step_scheduler
@@ -117,17 +119,17 @@ class ConsistentBatchTrainer(DefaultTrainer):
     is saved in checkpoints: a resume with another global batch continues at the next sample
     (or, with LiBai's sampler, is refused).
 
-    Checkpoints commit atomically (``libai_ext.engine.checkpoint``): a save killed at any point
+    Checkpoints commit atomically (``libai_ext.checkpoint.committed``): a save killed at any point
     leaves the last committed checkpoint resumable, and ``--resume`` takes the newest intact one.
     A second live run into the same output folder is refused (``output_lock``).
 
-    Preemption (``train.preemption``, ``libai_ext.engine.preemption``): on SIGTERM or SIGUSR1 the
+    Preemption (``train.preemption``, ``libai_ext.lifetime.preemption``): on SIGTERM or SIGUSR1 the
     ranks stop together after the next step, commit its checkpoint and exit with 143.
 
     Randomness: checkpoints also hold every rank's python/numpy/OneFlow state, so
     ``--resume`` continues the exact random streams; evaluation runs inside a saved and
     restored random state, so it never shifts training's streams; stochastic layers of
-    ``libai_ext.layers`` are keyed by their qualified names.
+    ``libai_ext.random.layers`` are keyed by their qualified names.
 
     Initial weights: under ``train.randomness="layout_invariant"`` (the default) every randomly
     initialised parameter is re-drawn from ``train.seed``, its qualified name and each element's
@@ -228,7 +230,7 @@ class ConsistentBatchTrainer(DefaultTrainer):
         audit_stochastic_ops(model, randomness)
         stochastic_ops.route_stochastic_ops()
         if randomness == "layout_invariant":
-            batch_statistics.route_batch_statistics()  # BatchNorm over the global batch, as on 1 rank
+            batch_statistics.route_batch_statistics(modes.layout_invariant)  # BatchNorm over the global batch, as on 1 rank
         # The optimizer gets the parameters right after this: later ones are refused / warned about.
         return watch_late_parameters(model, refuse=randomness == "layout_invariant")
 

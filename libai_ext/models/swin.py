@@ -31,7 +31,7 @@ from libai.utils import distributed as dist
 from ..compat import layout
 # The windows with reshape where LiBai 0.1.1's Swin has view after permute: one implementation for both models.
 from ..compat.swin_v0_1 import window_partition, window_reverse
-from ..layers import DropPath, Dropout
+from ..random.layers import DropPath, Dropout
 from .losses import SoftTargetCrossEntropy
 
 __all__ = ["SwinTransformer", "SoftTargetCrossEntropy", "block_layer_indices"]

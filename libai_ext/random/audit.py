@@ -1,7 +1,7 @@
 """At build time: the random ops of a model that libai_ext cannot key, refused by name.
 
 Inside a watched forward every random op of OneFlow is routed to a keyed stream
-(``layers.stochastic_ops``) but those of ``REFUSED``, which no key can make layout-independent.
+(``random.layers.stochastic_ops``) but those of ``REFUSED``, which no key can make layout-independent.
 ``audit_stochastic_ops(model, randomness)`` runs after ``layers.convert_stochastic_layers`` and
 lists, by qualified name and source line:
 
@@ -12,7 +12,7 @@ lists, by qualified name and source line:
 
 Under ``train.randomness="layout_invariant"`` any finding is refused (``RuntimeError`` listing them
 all); under ``"fast"`` each is a warning.  The scan reads source code: a refused op hidden in a
-helper function is refused when the forward runs (``layers.stochastic_ops``).
+helper function is refused when the forward runs (``random.layers.stochastic_ops``).
 """
 import ast
 import inspect

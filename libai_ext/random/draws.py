@@ -11,7 +11,7 @@ Outside a step (a model run by user code) each layer counts its own calls instea
 ``c``-th call draws ``(c, 0)``.
 
 Inside ``nn.Graph`` the step and micro-batch are tensors the graph takes as an input
-(``libai_ext.layers.graph_calls``); ``GraphStep`` carries them while the graph traces.
+(``libai_ext.random.layers.graph_calls``); ``GraphStep`` carries them while the graph traces.
 """
 import contextlib
 import itertools

@@ -1,6 +1,6 @@
 """Random values drawn inside a model's forward, keyed by position instead of by rank.
 
-What ``layers.random_ops`` draws for OneFlow's random ops inside a watched model's forward
+What ``random.layers.random_ops`` draws for OneFlow's random ops inside a watched model's forward
 (``rand``, ``randn``, ``randint``, ``randperm``, ``normal``, ``bernoulli``, ``uniform_``,
 ``exponential_``, ``gumbel_softmax``...), per call site (a ``Draw``: the stream's name, the global
 step, the call within the micro-step):
@@ -10,7 +10,7 @@ step, the call within the micro-step):
   ``B``), one value per global position on every layout, as JAX's partitionable Threefry gives.
   Eager ranks compute their own box with local ops and write it into their part of the global
   tensor (no communication); a graph traces global ops from its step input
-  (``layers.graph_calls``).  A local tensor is the same on every rank, except under data
+  (``random.layers.graph_calls``).  A local tensor is the same on every rank, except under data
   parallelism, where a tensor whose dim 0 is this rank's rows of the micro-batch is keyed by the
   samples' global positions (one whose dim 0 is the whole micro-batch is drawn alike on every rank);
   any other local draw is refused (``LayoutDependentDraw``).  Under

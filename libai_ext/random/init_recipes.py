@@ -41,8 +41,10 @@ import threading
 import oneflow as flow
 
 from ..compat import patching
-from .init_derivations import (EXACT_FUNCTIONS, EXACT_METHODS, INPLACE_OPERATORS, REFUSED_FUNCTIONS,
-                               REFUSED_METHODS, Derived, capture, tensors_in)
+from .init_derivations import (
+    EXACT_FUNCTIONS, EXACT_METHODS, INPLACE_OPERATORS, REFUSED_FUNCTIONS, REFUSED_METHODS, Derived, capture,
+    tensors_in,
+)
 
 LAYOUT_OPS = ("to_global", "to")
 _VALUE_OPS = ("mul_", "div_", "add_", "sub_", "clamp_", "clip_", "clamp_min_", "clamp_max_", "erfinv_", "floor_",

@@ -32,3 +32,8 @@ def layer_seed():
 def randomness():
     """The mode layers without their own ``randomness`` use."""
     return _randomness
+
+
+def layout_invariant():
+    """Whether ``train.randomness`` is ``"layout_invariant"`` now."""
+    return randomness() == "layout_invariant"

@@ -14,11 +14,11 @@ for the OneFlow it was made from, derived again from the registries for another 
 Python code that reaches them (``Tensor.uniform_``, ``Tensor.normal_``, ``nn.init.*``,
 ``nn.Dropout``, a helper function) looks the names up when it runs, so it meets the wrappers too.
 What holds a reference taken before (a default argument, a closure) is left to
-``layers.stochastic_ops``'s check of the first forward.
+``random.layers.stochastic_ops``'s check of the first forward.
 
 A wrapper counts the draw (``draw_count``), then calls OneFlow's own op, except inside a model's
 forward (``forwards`` not empty, or OneFlow tracing a graph), where it hands the call to the
-router ``layers.stochastic_ops`` installs (``set_router``).  Before a call reaches OneFlow's own op,
+router ``random.layers.stochastic_ops`` installs (``set_router``).  Before a call reaches OneFlow's own op,
 the listeners of ``listening()`` hear of it (keyed augmentation: at the call, with no wait for the
 rank's queued work, which any look at a generator's state costs).
 """
@@ -33,7 +33,7 @@ from ..compat import patching
 logger = logging.getLogger(__name__)
 PATCH = "random_op_routing"
 
-forwards = []    # the watched forwards running now (``layers.stochastic_ops`` pushes and pops them)
+forwards = []    # the watched forwards running now (``random.layers.stochastic_ops`` pushes and pops them)
 _router = None
 _lazy = flow._oneflow_internal.lazy_mode.is_enabled
 _wrappers = {}   # id(OneFlow's own) -> its wrapper

@@ -5,7 +5,7 @@ has its own python/numpy/OneFlow generator state: augmentation draws from them.
 ``RNGStateCheckpointer`` writes each rank's state beside the checkpoint it belongs
 to (``<output_dir>/rng_state/<checkpoint name>/rank_<r>.pkl``; LiBai loads every
 entry *inside* a checkpoint folder as a OneFlow object) and restores it on resume.
-Per-module streams (``libai_ext.layers``) are buffers and travel with the model;
+Per-module streams (``libai_ext.random.layers``) are buffers and travel with the model;
 the sampler position comes from LiBai's ``consumed_samples``.
 
 OneFlow 0.9.0 keeps one default generator per device: ``flow.default_generator`` (CPU,

@@ -8,7 +8,7 @@ Scopes say which ranks share a stream:
   differ.  Per-group augmentation diversity, yet each group augments consistently.
 * ``"rank"``: every rank its own stream.
 
-Whatever the scope, the stochastic layers of ``libai_ext.layers`` key on ``seed`` itself:
+Whatever the scope, the stochastic layers of ``libai_ext.random.layers`` key on ``seed`` itself:
 their masks are SBP-correct by construction, not by seeding.  ``randomness`` picks how
 (``train.randomness``): ``"layout_invariant"`` (the same global mask on any layout) or
 ``"fast"`` (OneFlow's native kernels seeded per shard; the same mask on the same layout).
@@ -19,8 +19,8 @@ import numpy as np
 import oneflow as flow
 
 from ..compat.layout import placement_data_parallel_rank
-from .modes import DEFAULT_RANDOMNESS, check_randomness, set_layer_seed
 from .devices import seed_own_cuda_device
+from .modes import DEFAULT_RANDOMNESS, check_randomness, set_layer_seed
 
 _SEED_LIMIT = 2 ** 32  # numpy's legacy RandomState accepts seeds in [0, 2**32)
 SEED_SCOPES = ("global", "data_parallel", "rank")

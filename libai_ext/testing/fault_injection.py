@@ -17,10 +17,10 @@ Two more actions take the same value, at those phases or at two points of a trai
 * ``LIBAI_EXT_STALL_AT``: the rank sleeps (an hour) as a save on a slow filesystem would.
 
 ``before_agreement``: the step is done, its hooks ran, the ranks have not yet agreed whether to
-stop (``libai_ext.engine.preemption``); ``mid_evaluation``: the evaluation after the step has
+stop (``libai_ext.lifetime.preemption``); ``mid_evaluation``: the evaluation after the step has
 evaluated one batch.  A ``<target>`` of ``*`` acts at that phase of any checkpoint or step.
 
-``CommittedCheckpointer`` and the preemption code call ``libai_ext.fault_points.fault_point`` at each
+``CommittedCheckpointer`` and the preemption code call ``libai_ext.lifetime.fault_points.fault_point`` at each
 phase, which does nothing until this module is installed there as the hook (``install()``).  A rank
 runs with it as ``python fault_injection.py SCRIPT ARGS...`` (the script then runs as ``__main__``);
 ``multirank.launch`` and ``ReapedJob`` start ranks that way when the environment holds one of the
@@ -127,8 +127,8 @@ def weights_being_written(checkpoint):
 
 
 def install():
-    """Make this module the runtime's fault hook (``libai_ext.fault_points``)."""
-    from libai_ext import fault_points
+    """Make this module the runtime's fault hook (``libai_ext.lifetime.fault_points``)."""
+    from libai_ext.lifetime import fault_points
 
     fault_points.install(sys.modules[__name__])
 

@@ -3,17 +3,17 @@
 Started by ``oneflow.distributed.launch`` (through ``multirank.launch``), once per rank,
 as ``python rank_wrapper.py WORKDIR SCRIPT [ARGS...]`` (``SCRIPT`` may be ``-m`` followed by a module
 name: the rank then runs ``python -u -m MODULE ARGS...``).  A separate process
-(the standard library and ``libai_ext.bootstrap_wait`` only), so a rank that aborts in C++ still gets its exit code recorded.
+(the standard library and ``libai_ext.lifetime.bootstrap_wait`` only), so a rank that aborts in C++ still gets its exit code recorded.
 
 Ranks other than 0 start their script only once rank 0's bootstrap server accepts connections
-(``libai_ext.bootstrap_wait``): OneFlow 0.9.0 bootstraps inside ``import oneflow``, and a rank that
+(``libai_ext.lifetime.bootstrap_wait``): OneFlow 0.9.0 bootstraps inside ``import oneflow``, and a rank that
 asks before rank 0 listens sleeps a hard-coded 10 s before asking again (docs/upstream-bugs.md).
 """
 import os
 import subprocess
 import sys
 
-from libai_ext.bootstrap_wait import MASTER_WAIT_S, wait_for_rank0_bootstrap
+from libai_ext.lifetime.bootstrap_wait import MASTER_WAIT_S, wait_for_rank0_bootstrap
 
 
 def wait_for_master(env, workdir, timeout_s=MASTER_WAIT_S, interval_s=0.05):

@@ -26,7 +26,7 @@ DRAWS = re.compile(r"\brandom\.|np\.random|flow\.(rand|randn|randint|randperm|no
 MODULES = (transform_classes, auto_augment, random_erasing, mixup)
 NOT_PER_SAMPLE = {
     "RandomTransforms": "abstract base of RandomApply/RandomChoice/RandomOrder (its __call__ raises)",
-    "Mixup": "mixes a whole batch: keyed per global batch by libai_ext.engine.global_mixup "
+    "Mixup": "mixes a whole batch: keyed per global batch by libai_ext.random.global_mixup "
              "(tests/test_global_mixup.py, tests/test_global_mixup_layouts.py)",
 }
 

@@ -19,7 +19,7 @@ from augmentation_cases import CASES, AllCases
 from common import image_loader_config, layout_parser, run_or_die, setup_layout
 from libai_ext import ConsistentBatchTrainer, seed_everything
 from libai_ext.data import ensure_digits_cifar
-from libai_ext.layers.stochastic_ops import route_stochastic_ops
+from libai_ext.random.layers.stochastic_ops import route_stochastic_ops
 from libai_ext.testing import write_rank_result
 
 GLOBAL_BATCH = 16

@@ -94,7 +94,7 @@ def main():
     placement = dist.get_layer_placement(0)
     batch_sbp = dist.get_nd_sbp([flow.sbp.split(0), flow.sbp.broadcast])
     whole_sbp = dist.get_nd_sbp([flow.sbp.broadcast, flow.sbp.broadcast])
-    batch_statistics.route_batch_statistics()
+    batch_statistics.route_batch_statistics(modes.layout_invariant)
     for name in CASES:
         module, shape = build(name)
         rng = np.random.RandomState(7)

@@ -36,7 +36,7 @@ from common import layout_parser, run_or_die, setup_layout
 from libai_ext import seed_everything
 from libai_ext.compat import graph_proxy_v0_1
 from libai_ext.engine.graph import GraphBase, feed_step
-from libai_ext.layers import DropPath, Dropout, UnkeyedGraphDraw, name_stochastic_layers
+from libai_ext.random.layers import DropPath, Dropout, UnkeyedGraphDraw, name_stochastic_layers
 from libai_ext.random.draws import drawing_step
 from libai_ext.testing import write_rank_result
 

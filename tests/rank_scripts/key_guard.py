@@ -13,7 +13,7 @@ from libai.engine import default_setup
 from libai.utils import distributed as dist
 
 import libai_ext
-from libai_ext.engine.key_guard import UnknownConfigKeyError
+from libai_ext.config.key_guard import UnknownConfigKeyError
 from libai_ext.testing import write_rank_result
 
 

@@ -16,7 +16,7 @@ import time
 from common import run_or_die
 from libai.config import default_argument_parser, try_get_key
 from libai_ext.engine.launch import build_trainer, setup, train
-from libai_ext.layers import DropPath, Dropout
+from libai_ext.random.layers import DropPath, Dropout
 from libai_ext.testing import read_raw_losses, write_rank_result
 
 NLP = ("libai_gpt2_cpu", "libai_bert_cpu", "libai_t5_cpu", "libai_roberta_cpu")  # read text_data.root

@@ -25,8 +25,8 @@ engine = types.ModuleType("libai_ext.engine")
 engine.__path__ = [os.path.join(ROOT, "libai_ext", "engine")]
 sys.modules["libai_ext.engine"] = engine
 
-from libai_ext.engine.launcher_lifetime import die_with_launcher  # noqa: E402
-from libai_ext.engine.preemption_signals import EXIT_PREEMPTED, PreemptionWatcher  # noqa: E402
+from libai_ext.lifetime.launcher import die_with_launcher  # noqa: E402
+from libai_ext.lifetime.preemption_signals import EXIT_PREEMPTED, PreemptionWatcher  # noqa: E402
 
 
 class PlainHandler:

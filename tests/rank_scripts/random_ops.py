@@ -9,7 +9,7 @@ import oneflow as flow
 
 from common import run_or_die
 from libai_ext import seed_everything
-from libai_ext.layers import stochastic_ops
+from libai_ext.random.layers import stochastic_ops
 from libai_ext.random.draws import drawing_step
 from libai_ext.testing import write_rank_result
 from random_op_cases import CASES, ROWS, Probe, all_cases

@@ -15,8 +15,8 @@ from libai.utils import distributed as dist
 
 from common import layout_parser, run_or_die, setup_layout
 from libai_ext import seed_everything
-from libai_ext.layers import DropPath, Dropout
-from libai_ext.layers.stochastic import apply_keep, dropout_scale
+from libai_ext.random.layers import DropPath, Dropout
+from libai_ext.random.layers.stochastic import apply_keep, dropout_scale
 from libai_ext.random.counter_rng import keep_mask, stream_keys
 from libai_ext.random.modes import layer_seed
 from libai_ext.testing import write_rank_result

@@ -13,7 +13,7 @@ through LiBai's own code, under a temporary name, and commits once every rank is
 4. rank 0 moves ``last_checkpoint`` (only for the checkpoints LiBai's line tags), then a barrier.
 
 A kill anywhere leaves the last committed checkpoint and ``last_checkpoint`` as they were, or
-the new checkpoint committed (``libai_ext.engine.resume.choose_resume_checkpoint`` resumes the
+the new checkpoint committed (``libai_ext.checkpoint.resume.choose_resume_checkpoint`` resumes the
 right one).  ``CommittedPeriodicCheckpointer`` keeps LiBai's schedule and deletes old
 checkpoints only once a newer one is committed.  Folder layout: ``checkpoint_files``.
 """
@@ -25,12 +25,12 @@ import oneflow as flow
 from libai.config import try_get_key
 from libai.engine import hooks
 
+from ..lifetime.agreement import agree_on, barrier
+from ..lifetime.fault_points import fault_point, weights_being_written
 from ..random.rng_state import RNGStateCheckpointer
-from ..fault_points import fault_point, weights_being_written
-from .agreement import agree_on, barrier
-from .checkpoint_files import (
-    EXTENSION_ENTRY, MANIFEST, RETIRED_SUFFIX, CheckpointDamaged, build_manifest, checkpoint_name,
-    fsync_dir, flush_to_disk, manifest_problems, read_last_checkpoint, read_manifest, rng_state_path, staging_name,
+from .files import (
+    EXTENSION_ENTRY, MANIFEST, RETIRED_SUFFIX, CheckpointDamaged, build_manifest, checkpoint_name, fsync_dir,
+    flush_to_disk, manifest_problems, read_last_checkpoint, read_manifest, rng_state_path, staging_name,
     tensor_file_problems, write_json_atomically, write_last_checkpoint,
 )
 
@@ -55,6 +55,21 @@ class CommittedCheckpointer(RNGStateCheckpointer):
                    save_to_disk=checkpointer.save_to_disk, **checkpointer.checkpointables)
 
     # --- saving -----------------------------------------------------------------------------
+
+    @staticmethod
+    def name_of(iteration):
+        """The folder name of ``iteration``'s checkpoint (LiBai's)."""
+        return checkpoint_name(iteration)
+
+    def save_iteration(self, iteration):
+        """Commit ``iteration``'s checkpoint unless this process committed it already (a periodic save of the
+        same step); ``(its path, whether it was there already)``."""
+        name = checkpoint_name(iteration)
+        reused = self.last_commit == (name, iteration)
+        if not reused:
+            self.save(name, iteration=iteration)
+        return os.path.join(self.save_dir, name), reused
+
 
     def save(self, name, **kwargs):
         if os.path.basename(name) != name:

@@ -1,6 +1,6 @@
 """The files of a committed checkpoint, and how a folder is checked against its commit record.
 
-A checkpoint folder written by ``CommittedCheckpointer`` (``libai_ext.engine.checkpoint``)::
+A checkpoint folder written by ``CommittedCheckpointer`` (``libai_ext.checkpoint.committed``)::
 
     model_0000009/
         model/  optimizer/  lr_scheduler/   LiBai's entries (rank 0 writes every tensor)

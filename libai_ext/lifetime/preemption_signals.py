@@ -2,7 +2,7 @@
 
 A scheduler preempts a job with SIGTERM (Slurm, Kubernetes) and kills it a grace period later.
 ``PreemptionWatcher`` records the first preemption signal, so that training can stop at the end
-of the step and commit a checkpoint (``libai_ext.engine.preemption``), and it guarantees an end:
+of the step and commit a checkpoint (``libai_ext.lifetime.preemption``), and it guarantees an end:
 
 * the rank ends ``grace_s`` after the first signal at the latest (exit code ``EXIT_GRACE_EXPIRED``,
   or ``EXIT_PREEMPTED`` if the checkpoint was committed by then), with a kernel timer (SIGALRM,
@@ -33,8 +33,9 @@ import signal
 import threading
 import time
 
-from .launcher_lifetime import (DISABLE_ENV, change_undone, is_oneflow_launcher, process_argv, record_change,
-                               set_parent_death_signal)
+from .launcher import (
+    DISABLE_ENV, change_undone, is_oneflow_launcher, process_argv, record_change, set_parent_death_signal,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -162,6 +163,7 @@ class PreemptionWatcher:
         self.signal_name = None  # the first preemption signal this rank received
         self.committed = None  # the checkpoint committed for this preemption
         self.iteration = None  # the training step under way (set by the training loop, for messages)
+        self.step_checkpoint = None  # the checkpoint a stop at that step commits (named by the checkpointer)
         self._lock = threading.RLock()
         self._requested_at = None
         self._agreed = False

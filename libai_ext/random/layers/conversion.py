@@ -4,8 +4,8 @@
 place and under the same attribute names:
 
 * every ``oneflow.nn.Dropout`` (LiBai's attention, MLP, embedding and classifier dropouts, ViT's
-  and Swin's ``pos_drop``...) by ``libai_ext.layers.Dropout`` with its ``p``;
-* every ``libai.layers.DropPath`` by ``libai_ext.layers.DropPath`` (``scale_by_keep`` kept);
+  and Swin's ``pos_drop``...) by ``libai_ext.random.layers.Dropout`` with its ``p``;
+* every ``libai.layers.DropPath`` by ``libai_ext.random.layers.DropPath`` (``scale_by_keep`` kept);
 
 and gives each module that draws through a *fused* OneFlow op (``ROLES``: LiBai's attention and
 MLP under ``bias_dropout_fusion`` / ``scale_mask_softmax_fusion``, Swin's window attention, which

@@ -33,7 +33,7 @@ regenerates it and the saved state changes.  Looking at the state waits for the 
 so the state is checked on every batch in loader workers (their queue holds only their own reads) and
 where no wrapper is installed (nothing would report a draw), and otherwise on the first batch of each
 epoch that the main process reads (a warning then says how many batches were read without the check).
-With a ``check`` (``data.augmentation_check.AugmentationCheck``, what the trainer passes) such a draw is
+With a ``check`` (``random.augmentation_check.AugmentationCheck``, what the trainer passes) such a draw is
 refused by name instead, and on the batches the check is due on one sample is read again after every generator was
 disturbed (the check by effect).  ``benchmarks/loader_keying.py`` measures the keying.  So the loader takes the sampler as ``sampler``
 with ``batch_size=None`` (each of its items is a batch); with ``num_workers > 0`` the epoch travels
@@ -43,8 +43,8 @@ import logging
 
 from oneflow.utils.data import Dataset, get_worker_info
 
-from ..random import oneflow_draws
-from ..random.sample_keys import (
+from . import oneflow_draws
+from .sample_keys import (
     draws_in_call_order, oneflow_draws_heard, oneflow_untouched_since_probe, owned_generator_seed, preserved_streams,
     seed_batch_streams, seed_oneflow_probe, seed_streams,
 )
@@ -126,7 +126,7 @@ class KeyedAugmentation(Dataset):
         return [self._read(epoch, index, oneflow) for index in batch]
 
     def _verify(self, batch, epoch, samples, oneflow):
-        """The check by effect (``data.augmentation_check``) on the batches it is due on."""
+        """The check by effect (``random.augmentation_check``) on the batches it is due on."""
         if self.check is not None and samples and self.check.due():
             self.check.verify(self, batch, epoch, samples, oneflow)
 

@@ -40,12 +40,12 @@ import oneflow as flow
 from oneflow import nn
 from oneflow.nn.graph.proxy import ProxyModule
 
-from ..random import draws, modes
-from ..random.counter_rng import (
+from .. import draws, modes
+from ..counter_rng import (
     call_keys, keep_mask, local_keep_mask, shard_box, split_hash, step_hash, stream_keys, stream_words,
 )
-from ..random.global_index import replicated
-from ..random.shard_rng import local_device, shard_coordinates, shard_generator
+from ..global_index import replicated
+from ..shard_rng import local_device, shard_coordinates, shard_generator
 from . import graph_calls
 
 logger = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ compares every key under ``train``, ``graph``, ``model``, ``dataloader`` and ``o
 keys someone reads:
 
 * a plain node (``train``, ``train.dist``, ``graph``, ...): the keys the installed LiBai reads
-  (``libai_keys``, from its source) and libai_ext's (``libai_ext.config_keys``); a node that
+  (``libai_keys``, from its source) and libai_ext's (``libai_ext.config.keys``); a node that
   nobody reads by key (LiBai hands it on whole, e.g. ``graph.auto_parallel``) is not looked into;
 * a ``LazyCall`` (``model``, ``optim``, ``dataloader.train``, ``train.scheduler``, datasets,
   transforms, ...): the parameters of its ``_target_``; for a LiBai model built from
@@ -31,7 +31,7 @@ from libai.config.lazy import locate
 from libai.utils import distributed as dist
 from omegaconf import OmegaConf
 
-from ..config_keys import key_names, plugin_keys
+from .keys import key_names, plugin_keys
 from .libai_keys import ROOTS, libai_reads, reads_in_function
 
 logger = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ import math
 import numpy as np
 from oneflow.utils.data import Sampler
 
-from ..random.sample_keys import epoch_order
+from .sample_keys import epoch_order
 
 _FILLER = 0
 

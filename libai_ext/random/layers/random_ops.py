@@ -5,7 +5,7 @@
 OneFlow's results:
 
 * the dropout family (``dropout``, ``dropout1d/2d/3d``, the fused dropouts,
-  ``fused_matmul_bias_add_relu_dropout``) draws its masks from a ``libai_ext.layers.Dropout``
+  ``fused_matmul_bias_add_relu_dropout``) draws its masks from a ``libai_ext.random.layers.Dropout``
   (``call.layer``), in both modes; ``p=0`` gives the input, ``p=1`` zeros, ``inplace=True`` writes
   into the input;
 * the other ops draw, under ``"layout_invariant"``, from the call site's stream by each element's
@@ -20,11 +20,11 @@ import inspect
 
 import oneflow as flow
 
-from ..random import forward_draws as fd
-from ..random.audit import REFUSED
-from ..random.counter_rng import local_keep_mask, unit_closed_open, unit_open
-from ..random.forward_draws import Layout
-from ..random.global_index import replicated
+from .. import forward_draws as fd
+from ..audit import REFUSED
+from ..counter_rng import local_keep_mask, unit_closed_open, unit_open
+from ..forward_draws import Layout
+from ..global_index import replicated
 from .stochastic import apply_keep
 
 _DEFAULT_FLOAT = flow.float32

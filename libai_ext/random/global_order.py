@@ -30,7 +30,7 @@ from typing import NamedTuple
 import numpy as np
 from oneflow.utils.data import Sampler
 
-from ..random.sample_keys import epoch_order
+from .sample_keys import epoch_order
 
 
 class BatchPosition(NamedTuple):

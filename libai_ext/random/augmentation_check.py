@@ -1,6 +1,6 @@
 """The check by effect of keyed augmentation: a sample read again after every generator was disturbed must not change.
 
-Keyed augmentation (``data.keyed_dataset``) seeds python ``random``, numpy's global stream, OneFlow's CPU
+Keyed augmentation (``random.keyed_dataset``) seeds python ``random``, numpy's global stream, OneFlow's CPU
 generator (where the dataset draws from it) and the generators the dataset owns before each sample.  What
 it cannot see, it cannot key: a generator held where the attribute walk does not reach, OneFlow's op held by a
 reference taken before libai_ext's wrappers were installed (while OneFlow is not keyed per sample), numbers from
@@ -27,8 +27,8 @@ import numpy as np
 import oneflow as flow
 from PIL import Image
 
-from ..random.owned_generators import reseed
-from ..random.sample_keys import preserved_streams
+from .owned_generators import reseed
+from .sample_keys import preserved_streams
 
 logger = logging.getLogger(__name__)
 ACTIONS = ("refuse", "warn", "off")

@@ -24,7 +24,7 @@ import contextlib
 import numpy as np
 import oneflow as flow
 
-from ..random.draws import Step
+from ..draws import Step
 
 STEP_INPUT = "libai_ext_step"
 _tracing = None  # the TracedSteps of the graph being traced now

@@ -10,7 +10,7 @@ resume everything from the last checkpoint when asked and one exists, otherwise 
 model weights of ``train.load_weight`` if it is set.
 
 Which checkpoint is "the last" (``choose_resume_checkpoint``): the newest committed, intact one
-(``libai_ext.engine.checkpoint``), each one passed over named in a warning with the reason;
+(``libai_ext.checkpoint.committed``), each one passed over named in a warning with the reason;
 ``--resume`` with none says so, as stock LiBai does.
 """
 import logging
@@ -21,9 +21,9 @@ from typing import List, Optional, Tuple
 
 from libai.config import try_get_key
 
-from .agreement import agree_on, barrier
-from .checkpoint import checkpoint_problems
-from .checkpoint_files import (
+from ..lifetime.agreement import agree_on, barrier
+from .committed import checkpoint_problems
+from .files import (
     LAST_CHECKPOINT, RETIRED_SUFFIX, CheckpointDamaged, checkpoint_name, is_retired, is_staging, numbered_iteration,
     read_last_checkpoint, read_manifest, write_last_checkpoint,
 )

@@ -10,7 +10,7 @@ a collective, until OneFlow's own peer check ends them 1-12 s later, or never.
 the moment its parent, the launcher, ends, however it ends.  Applied only when the parent is
 OneFlow's launcher (a rank started by hand or by another supervisor is left alone), on Linux.
 ``LIBAI_EXT_DIE_WITH_LAUNCHER=0`` turns it off.  While a preemption watcher is armed
-(``libai_ext.engine.preemption_signals``) the parent-death signal is one it handles instead, so
+(``libai_ext.lifetime.preemption_signals``) the parent-death signal is one it handles instead, so
 that a rank can finish a preemption save after the launcher's immediate exit.
 """
 import ctypes

@@ -26,9 +26,8 @@ import os
 from libai.config import try_get_key
 from libai.engine.hooks import HookBase
 
-from ..fault_points import fault_point
 from .agreement import any_rank, flags_read, flags_sent
-from .checkpoint_files import checkpoint_name
+from .fault_points import fault_point
 from .preemption_signals import DEFAULT_GRACE_S, DEFAULT_SIGNALS, EXIT_PREEMPTED, PreemptionWatcher, parse_signals
 
 logger = logging.getLogger(__name__)
@@ -72,6 +71,7 @@ class PreemptionHook(HookBase):
 
     def before_step(self):
         self.watcher.iteration = self.trainer.iter  # what an evaluation after this step belongs to
+        self.watcher.step_checkpoint = self.checkpointer.name_of(self.trainer.iter)
 
     def after_step(self):
         iteration = self.trainer.iter
@@ -79,11 +79,11 @@ class PreemptionHook(HookBase):
         # step ends training anyway (model_final).
         if (iteration + 1) % self.micro_batches or iteration >= self.trainer.max_iter - 1:
             return
-        fault_point("before_agreement", checkpoint_name(iteration))
+        fault_point("before_agreement", self.checkpointer.name_of(iteration))
         if not self.watcher.stop_agreed and not self._signalled_before():
             return
         self.watcher.agree_stop()
-        path, reused = self._commit(iteration)
+        path, reused = self.checkpointer.save_iteration(iteration)
         self.watcher.commit(path)
         why = self.watcher.signal_name or "a signal to another rank"
         logger.warning(f"preempted ({why}): every rank stopped after iteration {iteration}; checkpoint {path} is "
@@ -95,14 +95,6 @@ class PreemptionHook(HookBase):
         """Whether a rank was signalled at the previous step's end; sends this step's flag."""
         previous, self._flags = self._flags, flags_sent(self.watcher.requested)
         return previous is not None and flags_read(previous)
-
-    def _commit(self, iteration):
-        name = checkpoint_name(iteration)
-        last = getattr(self.checkpointer, "last_commit", None)
-        if last == (name, iteration):
-            return os.path.join(self.checkpointer.save_dir, name), True
-        self.checkpointer.save(name, iteration=iteration)
-        return os.path.join(self.checkpointer.save_dir, name), False
 
 
 class InterruptibleLoader:
@@ -128,7 +120,7 @@ class InterruptibleLoader:
             except StopIteration:
                 return
             yield batch
-            fault_point("mid_evaluation", checkpoint_name(self.watcher.iteration))
+            fault_point("mid_evaluation", self.watcher.step_checkpoint)
 
 
 def evaluate_interruptibly(evaluate, test_loaders, model):

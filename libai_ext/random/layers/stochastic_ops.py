@@ -10,7 +10,7 @@ Inside a forward, each call belongs to the nearest module of a watched model who
 on the stack (the calling frame's ``self``, or a helper's caller), and to its call site (the first
 frame outside OneFlow's own Python, e.g. the user line that called ``Tensor.uniform_``):
 
-* the dropout family draws from a ``libai_ext.layers.Dropout``: for LiBai's layers the one of the
+* the dropout family draws from a ``libai_ext.random.layers.Dropout``: for LiBai's layers the one of the
   op's role (``conversion.ROLES``: the fused and unfused paths draw the same masks), for any other
   module one per (call site, rate), named ``<module>:<op>@<file>:<line>(<function>)/p=<p>``;
 * the other random ops (``rand``, ``randn``, ``randint``, ``randperm``, ``normal``,
@@ -37,8 +37,8 @@ import oneflow as flow
 from oneflow import nn
 from oneflow.nn.graph.proxy import ProxyModule
 
-from ..compat import patching
-from ..random import draws, forward_draws, modes, oneflow_draws
+from ...compat import patching
+from .. import draws, forward_draws, modes, oneflow_draws
 from . import graph_calls, random_ops
 from .conversion import roles_of
 from .stochastic import Dropout, DropPath
@@ -128,7 +128,7 @@ class Call:
     @property
     def fast(self):
         """``"fast"`` eagerly; a graph draws the counter values in both modes (OneFlow 0.9.0's graph ignores
-        the generator a kernel is given, as ``layers.stochastic`` measured for dropout)."""
+        the generator a kernel is given, as ``random.layers.stochastic`` measured for dropout)."""
         return modes.randomness() == "fast" and not oneflow_draws._lazy()
 
     def refuse(self, what):

@@ -18,8 +18,8 @@ import numpy as np
 import oneflow as flow
 from flowvision.data import Mixup
 
-from ..random import draws, modes
-from ..random.mixup_draws import MIXUP_KEY, draw_mix, mixup_options
+from . import draws, modes
+from .mixup_draws import MIXUP_KEY, draw_mix, mixup_options
 
 # flowvision's batch path, whose semantics the global mixup reproduces: a subclass that
 # overrides any of these does something else.
