@@ -1,0 +1,80 @@
+"""LiBai main's projects as shipped, with the plugin and stock: how far each layout's losses are from 1 rank.
+
+    .venv-libai-main/bin/python benchmarks/project_agreement.py [--iters 10] [--out benchmarks/results/project_agreement.md]
+
+Runs what ``tests/test_libai_projects.py`` runs (its harness, ``tests/libai_projects.py``): MoCo v3 and MAE from
+the projects archive at the pinned commit, by their own scripts with the adoption's three lines, CPU-sized (a ViT of
+depth 2 and width 32 on the digits at 32 x 32, global batch 8), one launch per layout (1 rank, dp2, tp2, dp2 x tp2),
+stock's scripts (as shipped, with what they need to start on CPU ranks) on 1 rank and dp2.  Prints, for each run, the
+relative difference of its loss from the reference at iteration 0 and the largest over the iterations:
+
+* plugin runs against the project's eager run on 1 rank (LiBai's raw loss per step, ``losses.jsonl``);
+* stock on dp2 against stock on 1 rank (LiBai's ``metrics.json``: a running median, exact at iteration 0).
+"""
+import argparse
+import os
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "benchmarks")]
+
+from report import publish  # noqa: E402
+
+
+def relative(losses, reference):
+    return [abs(x - y) / abs(y) for x, y in zip(losses, reference)]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--out", default=None, help="also write the table here")
+    parser.add_argument("--workdir", default=None)
+    args = parser.parse_args()
+
+    import test_libai_projects as harness
+    from conftest import records_of_every_rank
+    from libai_ext.data import ensure_digits_imagenet
+    from libai_projects import adopt, extract_projects
+
+    harness.ITERS = args.iters
+    work = args.workdir or tempfile.mkdtemp(prefix="project_agreement_")
+    projects = extract_projects(os.path.join(work, "projects"))
+    for project in projects:
+        adopt(projects[project], project)
+    imagenet = ensure_digits_imagenet(os.path.join(work, "imagenet"))
+    found = {}
+    for name, layout in harness.LAYOUTS.items():
+        stock = list(harness.SCRIPTS) if name in harness.STOCK_LAYOUTS else []
+        result, plan = harness.run_layout(projects, work, imagenet, name, layout, stock, harness.plugin_runs(name))
+        records = records_of_every_rank(result, count=len(plan))[0]
+        found[name] = {r["name"]: (r["kind"], r["losses"]) for r in records}
+
+    def per_step(run, project):
+        kind, losses = run
+        return harness.per_step(kind, losses, project)
+
+    rows = ["| run | layout | iteration 0 | largest over the iterations | iterations |", "|---|---|---|---|---|"]
+    for project in harness.SCRIPTS:
+        reference = per_step(found["1"][f"{project}-graphFalse" if project == "MAE" else f"{project}-graphNone"],
+                             project)
+        for layout in harness.LAYOUTS:
+            for run_project, graph in harness.plugin_runs(layout):
+                if run_project != project or (layout == "1" and not graph):
+                    continue
+                losses = per_step(found[layout][f"{project}-graph{graph}"], project)
+                gaps = relative(losses, reference)
+                mode = "graph" if graph else "eager"
+                rows.append(f"| {project}, libai_ext, {mode} | {layout} | {gaps[0]:.2e} | {max(gaps):.2e} | "
+                            f"{len(gaps)} |")
+        one, dp2 = found["1"][f"stock-{project}"][1], found["dp2"][f"stock-{project}"][1]
+        gaps = relative(dp2, one)
+        rows.append(f"| {project}, stock | dp2 | {gaps[0]:.2e} | {max(gaps):.2e} | {len(gaps)} |")
+    text = ("Relative difference of the loss from 1 rank (plugin runs: from the project's eager run on 1 rank; "
+            "stock: from stock on 1 rank).\n\n" + "\n".join(rows) + "\n")
+    publish(text, args.out, title="LiBai main's projects on every layout, with the plugin and stock")
+
+
+if __name__ == "__main__":
+    main()
