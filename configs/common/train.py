@@ -20,8 +20,8 @@ train = DictConfig(dict(
     # Every random number of training: "layout_invariant" draws initial weights, data order,
     # augmentation, mixup, dropout and every other random op of a forward from the seed and global
     # positions, the same on any layout; "fast" keeps LiBai's sampler, OneFlow's initialisation and
-    # OneFlow's own kernels, each seeded from the seed and the rank's shard: reproducible on one layout
-    # only.  See docs/randomness.md.
+    # OneFlow's own kernels, seeded from the seed (dropout also from the rank's place on the axes its
+    # tensor is split over): reproducible on one layout only.  See docs/randomness.md.
     randomness="layout_invariant",
     # Compare each field's local batch across the ranks that must agree: "off", "first" (one
     # small all-gather, once) or "every" step.  Works with stock DefaultTrainer too.
