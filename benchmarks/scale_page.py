@@ -110,8 +110,8 @@ and a bandwidth; each says which. This page is generated:
 
 Each rank re-draws only its own shards (`random/param_init.py`): at (32, 8, 4) a rank of stage 0 holds
 {params / 1e9:.2f} billion parameters (its 24 layers' weights split by tp 8, the word embedding's
-share). Measured here, side by side: the counter-based normal (`counter_rng.counter_normal`, float64
-Box-Muller on two streams) costs **{init_ns / randn_ns:.1f}x** the CPU time per element of `flow.randn` at
+share). Measured here, side by side: the keyed normal (`counter_rng.counter_normal`: each value a pure function of the seed and
+its global position, float64 Box-Muller on two streams) costs **{init_ns / randn_ns:.1f}x** the CPU time per element of `flow.randn` at
 2^{exponent} elements (a ratio: this host's times are taken under load), so the re-draw of {params / 1e9:.2f}
 billion parameters costs that multiple of an ordinary random init of the same shards. On a GPU both are memory-bound element-wise
 passes (about 30 int32 ops and a few float64 ones per element), a fraction of a second per rank at HBM bandwidth.
@@ -162,7 +162,7 @@ model, and with the number of ranks only through collectives of a few integers:
   `ConsistentBatchTrainer._build_with_seeded_init`, builds the model again on every rank with other seeds to tell
   a discarded draw from one that reached the model untracked, holding both builds' shards at once. It is bounded:
   above `train.init_rebuild_limit_gib` (default {DEFAULT_REBUILD_LIMIT_GIB}) GiB of parameters and buffers on any rank the second
-  build is not made and the discarded draws are refused by name ([config-keys.md](config-keys.md));
+  build is not made and the discarded draws are refused with an error naming each parameter ([config-keys.md](config-keys.md));
   a GPT-3 stage-0 rank at (32, 8, 4) holds {params * 4 / 2 ** 30:.0f} GiB, so such a model would be refused there unless
   the limit is raised.
 - **No gather of a whole parameter.** The checks of `random/param_init.py` compare each rank's own shards and sum

@@ -25,7 +25,7 @@ COST_SIZES = {"cuda": dict(mask_log2=24, step_iters=30, step_warmup=10, step_rep
 # Every check, in the order it runs: (row name, GPUs it needs at least, what passes). The help, the run
 # plan and docs/tools.md's table (tests/test_docs.py) all read this one table.
 CHECKS = (
-    ("masks", 1, "`libai_ext.random.layers` masks (the counter-based values, `Dropout`, `DropPath`) drawn on CUDA "
+    ("masks", 1, "`libai_ext.random.layers` masks (the keyed values, `Dropout`, `DropPath`) drawn on CUDA "
                  "equal the CPU ones bit for bit"),
     ("simulation", 1, "`libai-ext-simulate-layout` on (4, 2, 2) with GPT-2 XL's shapes, its int32-op and "
                       "global-op paths on CUDA: every simulated rank's masks and values equal the 1-rank draw, "

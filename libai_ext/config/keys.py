@@ -30,7 +30,7 @@ KEYS = (
     ConfigKey("train.init_rebuild_limit_gib", "16", 'with train.randomness="layout_invariant", the largest '
               "parameters and buffers (GiB on one rank) of a model whose build discards a random draw that is built "
               "a second time to tell a discarded draw from one that reached the model untracked; above it such "
-              "draws are refused by name", PLUGIN),
+              "draws are refused with an error naming each parameter", PLUGIN),
     ConfigKey("train.batch_check", '"off"', "compare every field of the batch across the ranks that must agree, "
               'and stop every rank with BatchMismatchError if they do not: "off", "first" (the first batch) or '
               '"every" step; works with stock DefaultTrainer too', PLUGIN),
