@@ -31,7 +31,7 @@ HOLD = "import importlib.util, sys, time; spec = importlib.util.spec_from_file_l
 def owned(tmp_path):
     """An output folder whose lock a live process holds; yields (folder, that process)."""
     folder = tmp_path / "run"
-    module = os.path.join(ROOT, "libai_ext", "engine", "output_lock.py")
+    module = os.path.join(ROOT, "libai_ext", "lifetime", "output_lock.py")
     owner = subprocess.Popen([sys.executable, "-c", HOLD, str(folder), module], stdout=subprocess.PIPE, text=True)
     try:
         assert owner.stdout.readline().strip() == "held"

@@ -1,4 +1,5 @@
-"""The tools and their diagnostics: the command-line tools, installed as console scripts with the package (pyproject.toml).
+"""The tools and their diagnostics: the command-line tools, installed as console scripts with the package
+(pyproject.toml).
 
 One module per tool; ``tools/<module>.py`` is a thin wrapper of each for a checkout:
 

@@ -23,9 +23,9 @@ from libai.utils.logger import setup_logger
 from ..compat import apply_patches, fill_missing_config_keys, libai_line, patching
 from ..config.key_guard import guard_config_keys
 from ..config.keys import STOCK_MEANING, is_stock
-from ..lifetime.launcher import DISABLE_ENV, die_with_launcher, is_oneflow_launcher
-from ..lifetime.output_lock import claim_output_dir
+from ..lifetime.launcher import DISABLE_ENV, is_oneflow_launcher
 from ..lifetime.preemption import Preempted, preemption_settings
+from ..lifetime.startup import start_rank
 from ..random import DEFAULT_RANDOMNESS, check_randomness
 from ..random.seeding import check_scope, check_seed, seed_from_config
 from .batch_check import BATCH_CHECK_MODES, install_batch_check
@@ -93,12 +93,10 @@ def write_run_info(cfg, trainer_cls, wall_time_s, results):
 
 def setup(args):
     """Load and check the config, then set up every rank: patches, LiBai's setup, logging, seeds."""
-    tied_to_launcher = die_with_launcher()
     cfg = load_config(args)
     trainer_cls = check_config(cfg)
-    fill_missing_config_keys(cfg)  # before default_setup, which reads train.dist.device_type on main
-    if not args.eval_only:
-        claim_output_dir(cfg)  # before default_setup writes config.yaml and logs there
+    # before default_setup, which reads train.dist.device_type on main and writes config.yaml and logs
+    tied_to_launcher = start_rank(cfg, claim_output=not args.eval_only)
     apply_patches()
     default_setup(cfg, args)
     setup_logger(cfg.train.output_dir, distributed_rank=dist.get_rank(), name="libai_ext")

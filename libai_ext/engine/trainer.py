@@ -11,15 +11,13 @@ from libai.utils import distributed as dist
 
 from ..checkpoint.committed import use_committed_checkpoints, with_committed_retention
 from ..checkpoint.resume import choose_resume_checkpoint, continue_finished_run, load_checkpoint_or_weights
-from ..compat import batch_statistics, fill_missing_config_keys, get_batch_api, graph_proxy_v0_1, vocab_padding
+from ..compat import batch_statistics, get_batch_api, graph_proxy_v0_1, vocab_padding
 from ..compat.layout import placement_data_parallel_rank
 from ..compat.pipeline_stages import explain_mixed_stages
 from ..config.checks import recording_layer_indices, warn_on_pipeline_layer_mismatch
-from ..config.key_guard import guard_config_keys
 from ..data.position import KEY as DATA_POSITION
-from ..lifetime.launcher import die_with_launcher
-from ..lifetime.output_lock import claim_output_dir
 from ..lifetime.preemption import evaluate_interruptibly, preemptible
+from ..lifetime.startup import start_rank
 from ..random import (
     DEFAULT_RANDOMNESS, modes, preserved_rng_state, recording_init, reinitialize, watch_late_parameters,
 )
@@ -148,10 +146,7 @@ class ConsistentBatchTrainer(DefaultTrainer):
     """
 
     def __init__(self, cfg):
-        die_with_launcher()
-        guard_config_keys(cfg)  # a misspelt key of libai_ext's is refused on every rank, before any talks
-        fill_missing_config_keys(cfg)  # a config written for LiBai 0.1.1 also runs on main
-        claim_output_dir(cfg)  # before anything reads or writes the output folder
+        start_rank(cfg)  # what libai-ext-train's set-up did already; a project's own script has no such set-up
         choose_resume_checkpoint(cfg)
         continue_finished_run(cfg)
         super().__init__(cfg)
@@ -230,7 +225,8 @@ class ConsistentBatchTrainer(DefaultTrainer):
         audit_stochastic_ops(model, randomness)
         stochastic_ops.route_stochastic_ops()
         if randomness == "layout_invariant":
-            batch_statistics.route_batch_statistics(modes.layout_invariant)  # BatchNorm over the global batch, as on 1 rank
+            # BatchNorm over the global batch, as on 1 rank
+            batch_statistics.route_batch_statistics(modes.layout_invariant)
         # The optimizer gets the parameters right after this: later ones are refused / warned about.
         return watch_late_parameters(model, refuse=randomness == "layout_invariant")
 

@@ -25,7 +25,9 @@ from .init_recipes import InitRecorder, recording_init
 from .late_parameters import watch_late_parameters
 from .modes import DEFAULT_RANDOMNESS, RANDOMNESS_MODES, check_randomness, layer_seed, randomness, set_layer_seed
 from .param_init import build_with_seeded_init, reinitialize
-from .rng_state import RNGStateCheckpointer, capture_rng_state, cuda_device_count, preserved_rng_state, restore_rng_state
+from .rng_state import (
+    RNGStateCheckpointer, capture_rng_state, cuda_device_count, preserved_rng_state, restore_rng_state,
+)
 from .sample_keys import epoch_order, keyed_streams, preserved_streams, sample_seeds, seed_streams
 from .seeding import SEED_SCOPES, check_seed, scoped_seed, seed_everything, seed_from_config
 

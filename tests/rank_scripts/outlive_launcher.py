@@ -4,21 +4,20 @@
 
 Without ``die_with_launcher`` nothing ends the sleepers when the launcher exits: OneFlow's
 launcher stops its ranks with ``killpg`` on its own process group, which under ``timeout`` it does
-not lead.  The module is loaded from its file, without importing OneFlow: a rank that imported
+not lead.  The module is imported without OneFlow: a rank that imported
 OneFlow would also be ended by OneFlow's peer check, at some point, which would hide whether
-anything else ends it.
+anything else ends it.  ``libai_ext.lifetime`` imports nothing of OneFlow (checked below).
 """
-import importlib.util
 import os
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_spec = importlib.util.spec_from_file_location(
-    "launcher_lifetime", os.path.join(ROOT, "libai_ext", "engine", "launcher_lifetime.py"))
-launcher_lifetime = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(launcher_lifetime)
-die_with_launcher = launcher_lifetime.die_with_launcher
+sys.path.insert(0, ROOT)
+
+from libai_ext.lifetime.launcher import die_with_launcher  # noqa: E402
+
+assert "oneflow" not in sys.modules, "libai_ext.lifetime.launcher imported OneFlow"
 
 ready_dir = sys.argv[1]
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

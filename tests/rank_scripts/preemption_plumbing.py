@@ -10,23 +10,20 @@ exits with 1 right after arming (a failed rank).  A rank with GRACE_S=0 does wit
 as a plain signal handler would: ``die_with_launcher()`` and a Python handler that only notes the
 signal.  Every event goes to stdout with the rank.
 
-``libai_ext.engine``'s package imports OneFlow, and importing it in every rank would bootstrap
-OneFlow's environment: the two stdlib modules are loaded on their own.
+Importing OneFlow in every rank would bootstrap OneFlow's environment: ``libai_ext.lifetime`` imports none of it.
 """
 import os
 import signal
 import sys
 import time
-import types
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-engine = types.ModuleType("libai_ext.engine")
-engine.__path__ = [os.path.join(ROOT, "libai_ext", "engine")]
-sys.modules["libai_ext.engine"] = engine
 
 from libai_ext.lifetime.launcher import die_with_launcher  # noqa: E402
 from libai_ext.lifetime.preemption_signals import EXIT_PREEMPTED, PreemptionWatcher  # noqa: E402
+
+assert "oneflow" not in sys.modules, "libai_ext.lifetime imported OneFlow"
 
 
 class PlainHandler:
