@@ -33,10 +33,11 @@ LIBAI_MAIN_VENV ?= .venv-libai-main
 # the plugin's trainer line, every random op inside a forward, MAE-style masking on every layout and LiBai main's
 # projects (MoCo v3, MAE) run by their own scripts. One pytest
 # session runs the quick tier of these and of LIBAI_MAIN_LONG_TESTS, and the long tests of LIBAI_MAIN_LONG_TESTS
-# only (--long-tier-file): the fault matrix, preemption's cases, LiBai's whole model zoo on every layout against
+# only (--long-tier-file): LiBai's whole model zoo on every layout against
 # 1 rank, one iteration of each of LiBai main's own configs, the MAE-style masking on every layout, the demo's
 # exact resume (plugin and stock), resume on another layout ((2,2,2) on 1 rank, and stock's) and first-stage-only
-# loading on (2,2,2); a quick
+# loading on (2,2,2) (the fault matrix and preemption's signal cases are libai_ext's own protocol: their long
+# cases run on 0.1.1, their quick ones here); a quick
 # case whose run a long fixture of its file holds reads it there (the zoo's, the MAE masking's).
 LIBAI_MAIN_TESTS ?= tests/test_compat.py tests/test_environment.py tests/test_batch_errors.py \
   tests/test_pairing.py tests/test_stage0_loading.py tests/test_seeding.py tests/test_stochastic.py \
@@ -49,7 +50,7 @@ LIBAI_MAIN_TESTS ?= tests/test_compat.py tests/test_environment.py tests/test_ba
   tests/test_vocab_padding.py tests/test_libai_main_configs.py tests/test_random_ops.py tests/test_random_op_layouts.py \
   tests/test_libai_projects.py tests/test_augmentation_keying.py \
   tests/test_patch_registry.py
-LIBAI_MAIN_LONG_TESTS ?= tests/test_checkpoint_faults.py tests/test_preemption.py tests/test_zoo_equivalence.py \
+LIBAI_MAIN_LONG_TESTS ?= tests/test_zoo_equivalence.py \
   tests/test_libai_main_configs.py tests/test_random_op_layouts.py tests/test_resume.py tests/test_elastic_resume.py \
   tests/test_stage0_loading.py tests/test_libai_projects.py tests/test_patch_registry.py
 
