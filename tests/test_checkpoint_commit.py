@@ -228,7 +228,7 @@ def test_a_truncated_random_state_is_caught_before_any_rank_loads(two_checkpoint
 
 def test_a_libai_ext_0_1_checkpoint_restores_its_random_state_from_beside_it(tmp_path):
     """libai_ext 0.1 kept the random state in <output_dir>/rng_state/<checkpoint>/rank_<r>.pkl."""
-    from libai_ext.random import RNGStateCheckpointer
+    from libai_ext.checkpoint.rng_state import RNGStateCheckpointer
 
     model, optimizer, scheduler = trained_parts()
     np.random.seed(21)

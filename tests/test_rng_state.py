@@ -13,6 +13,7 @@ import numpy as np
 import oneflow as flow
 import pytest
 
+from libai_ext.checkpoint import rng_state as saved_rng_state
 from libai_ext.random import rng_state
 
 
@@ -150,4 +151,4 @@ def test_a_truncated_random_state_file_is_named(tmp_path):
     path.write_bytes(pickle.dumps({"python": random.getstate()})[:40])
     with pytest.raises(ValueError, match=r"the random state .*model_0000004/libai_ext/rng_state/rank_1\.pkl "
                                          r"cannot be read"):
-        rng_state._read(str(path))
+        saved_rng_state._read(str(path))

@@ -15,7 +15,7 @@ through LiBai's own code, under a temporary name, and commits once every rank is
 A kill anywhere leaves the last committed checkpoint and ``last_checkpoint`` as they were, or
 the new checkpoint committed (``libai_ext.checkpoint.resume.choose_resume_checkpoint`` resumes the
 right one).  ``CommittedPeriodicCheckpointer`` keeps LiBai's schedule and deletes old
-checkpoints only once a newer one is committed.  Folder layout: ``checkpoint_files``.
+checkpoints only once a newer one is committed.  Folder layout: ``files``.
 """
 import logging
 import os
@@ -27,12 +27,12 @@ from libai.engine import hooks
 
 from ..lifetime.agreement import agree_on, barrier
 from ..lifetime.fault_points import fault_point, weights_being_written
-from ..random.rng_state import RNGStateCheckpointer
 from .files import (
     EXTENSION_ENTRY, MANIFEST, RETIRED_SUFFIX, CheckpointDamaged, build_manifest, checkpoint_name, fsync_dir,
     flush_to_disk, manifest_problems, read_last_checkpoint, read_manifest, rng_state_path, staging_name,
     tensor_file_problems, write_json_atomically, write_last_checkpoint,
 )
+from .rng_state import RNGStateCheckpointer
 
 logger = logging.getLogger(__name__)
 

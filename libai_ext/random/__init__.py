@@ -5,7 +5,7 @@
 * ``counter_rng``: layout-invariant bits, a hash of (seed, stream, counter, global position);
 * ``shard_rng``: OneFlow generators seeded per shard (the "fast" mode);
 * ``devices``: the one CUDA device a rank seeds, saves and restores (its own);
-* ``rng_state``: the per-rank generator state saved with checkpoints;
+* ``rng_state``: each rank's generator states, captured and restored (``checkpoint.rng_state`` saves them);
 * ``init_recipes`` / ``init_derivations`` / ``param_init``: initial weights from the seed and names
   alone (copies and exact derivations follow their source);
 * ``late_parameters``: parameters that appear after ``build_model`` (never trained) refused or warned about;
@@ -26,13 +26,13 @@ from .late_parameters import watch_late_parameters
 from .modes import DEFAULT_RANDOMNESS, RANDOMNESS_MODES, check_randomness, layer_seed, randomness, set_layer_seed
 from .param_init import build_with_seeded_init, reinitialize
 from .rng_state import (
-    RNGStateCheckpointer, capture_rng_state, cuda_device_count, preserved_rng_state, restore_rng_state,
+    capture_rng_state, cuda_device_count, preserved_rng_state, restore_rng_state,
 )
 from .sample_keys import epoch_order, keyed_streams, preserved_streams, sample_seeds, seed_streams
 from .seeding import SEED_SCOPES, check_seed, scoped_seed, seed_everything, seed_from_config
 
 __all__ = ["DEFAULT_RANDOMNESS", "RANDOMNESS_MODES", "SEED_SCOPES", "IndexShuffle", "InitRecorder",
-           "RNGStateCheckpointer", "build_with_seeded_init", "capture_rng_state", "check_randomness", "check_seed",
+           "build_with_seeded_init", "capture_rng_state", "check_randomness", "check_seed",
            "cuda_device_count", "epoch_order", "keyed_streams", "layer_seed", "preserved_rng_state",
            "preserved_streams", "randomness", "recording_init", "reinitialize", "restore_rng_state", "sample_seeds",
            "scoped_seed", "seed_everything", "seed_from_config", "seed_streams", "set_layer_seed",
