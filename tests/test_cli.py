@@ -451,3 +451,22 @@ def test_make_text_data_default_is_the_configs_default():
     from libai_ext.data import text_data
 
     assert make_text_data.DEFAULT_ROOT == text_data.DEFAULT_ROOT
+
+
+def test_libai_ext_train_run_from_a_libai_checkout_imports_its_configs_and_projects(tmp_path):
+    """LiBai's projects' configs import ``configs.common`` and ``projects.*`` from the checkout they are run in
+    (SimCSE's and ConvNeXT's, by LiBai's tools/train_net.py): the console script reads them from there too."""
+    (tmp_path / "configs" / "common").mkdir(parents=True)
+    (tmp_path / "configs" / "common" / "train.py").write_text(
+        "from omegaconf import OmegaConf\ntrain = OmegaConf.create(dict(output_dir='never', train_iter=1))\n")
+    (tmp_path / "projects" / "Mine").mkdir(parents=True)
+    (tmp_path / "projects" / "Mine" / "settings.py").write_text("WIDTH = 8\n")
+    (tmp_path / "projects" / "Mine" / "config.py").write_text(
+        "from configs.common.train import train\nfrom projects.Mine.settings import WIDTH\n"
+        "model = dict(width=WIDTH)\n")
+    script = os.path.join(os.path.dirname(sys.executable), "libai-ext-train")
+    args = [script, "--list-patches", "--config-file", "projects/Mine/config.py"]
+    found = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300, start_new_session=True)
+    assert "No module named 'configs" not in found.stderr and "No module named 'projects" not in found.stderr, \
+        found.stderr[-2000:]
+    assert "libai_ext patches for projects/Mine/config.py" in found.stdout, found.stderr[-2000:]

@@ -4,6 +4,7 @@ that ``train.trainer`` names.
 The command line is parsed here, before OneFlow and LiBai are imported; the run itself is
 ``libai_ext.engine.launch``.
 """
+import os
 import sys
 
 from ..config import keys as config_keys
@@ -114,6 +115,10 @@ def fast_dev_run_overrides():
 def main(argv=None):
     """The console script: 0 when the run finished; errors end the process with 1 (``exit_on_error``)."""
     args = parse_args(argv)
+    # Run from a LiBai checkout, its configs import ``configs.common`` and ``projects.*``: LiBai's own
+    # tools/train_net.py puts the checkout on the path, and a console script's path does not hold the directory.
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
     wait_for_rank0_bootstrap()  # before OneFlow's import, which bootstraps the job
     from ..engine import launch  # OneFlow and LiBai from here on
 
