@@ -724,3 +724,28 @@ def test_a_call_oneflow_refuses_gets_oneflows_own_error(routed):
     with pytest.raises(TypeError, match="dropout\\(\\): takes"):
         with drawing_step(0):
             model(flow.ones(2, 2))
+
+
+class UnscaledMaskSoftmax(flow.nn.Module):
+    """LiBai's attention with ``scale_mask_softmax_fusion`` on and ``apply_query_key_layer_scaling`` off passes
+    ``scale=None`` (LiBai's SimCSE config does, with an int64 mask)."""
+
+    def __init__(self, scale, mask_dtype):
+        super().__init__()
+        self.scale, self.mask_dtype = scale, mask_dtype
+
+    def forward(self, x):
+        mask = flow.ones(x.shape, dtype=self.mask_dtype)
+        return flow._C.fused_scale_mask_softmax_dropout(x, mask, fill_value=-1e4, scale=self.scale, p=0.1)[0]
+
+
+@pytest.mark.parametrize("scale, mask_dtype, error", [
+    (None, flow.bool, "argument 'scale' must be float"), (1.0, flow.int64, "Expected kBool, but got kInt64")])
+def test_fused_softmax_arguments_oneflow_refuses_get_oneflows_error_routed_or_not(routed, scale, mask_dtype, error):
+    model = UnscaledMaskSoftmax(scale, mask_dtype)
+    with pytest.raises((TypeError, RuntimeError), match=error):  # stock: before any kernel is looked for
+        model(flow.ones(2, 3))
+    routed.watch_model(model)
+    with pytest.raises((TypeError, RuntimeError), match=error):
+        with drawing_step(0):
+            model(flow.ones(2, 3))

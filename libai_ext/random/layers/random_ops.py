@@ -17,6 +17,7 @@ reason the refusal gives.  Every op of ``random.oneflow_random_ops`` is in one o
 (``tests/test_random_ops.py``).
 """
 import inspect
+import numbers
 
 import oneflow as flow
 
@@ -165,6 +166,17 @@ def fused_bias_add_dropout(call, original, args, kwargs):
     return _drop(call, x, float(a["p"])) if call.owner.training else x
 
 
+def _refuse_what_oneflow_refuses(a, floats, bool_mask=None):
+    """OneFlow 0.9.0 refuses these calls before any kernel runs, on every device: a float argument given
+    ``None`` (LiBai passes ``scale=None`` when ``apply_query_key_layer_scaling`` is off), a mask that is not
+    bool.  The composite would take them, so the router calls the op for OneFlow's own error instead."""
+    for name in floats:
+        if not isinstance(a[name], numbers.Real):
+            raise ArgumentsNotRead(f"{name}={a[name]!r} is not a float")
+    if bool_mask is not None and a[bool_mask].dtype != flow.bool:
+        raise ArgumentsNotRead(f"{bool_mask} is {a[bool_mask].dtype}, not oneflow.bool")
+
+
 def _masked_scores(x, mask, scale, fill_value):
     mask = mask.to(x.dtype)
     return x * mask * scale + fill_value * (1.0 - mask)
@@ -183,6 +195,7 @@ def _fused_scale_mask_softmax_dropout_stub(x, mask, fill_value=0.0, scale=1.0, p
 
 def fused_scale_mask_softmax_dropout(call, original, args, kwargs):
     a = _bind(_fused_scale_mask_softmax_dropout_stub, args, kwargs)
+    _refuse_what_oneflow_refuses(a, ("fill_value", "scale", "p"), bool_mask="mask")
     scores = _masked_scores(a["x"], a["mask"], a["scale"], a["fill_value"])
     return _softmax_dropout(call, scores, float(a["p"]), a["training"])
 
@@ -194,6 +207,7 @@ def _fused_bias_add_scale_mask_softmax_dropout_stub(x, bias, mask, fill_value=0.
 
 def fused_bias_add_scale_mask_softmax_dropout(call, original, args, kwargs):
     a = _bind(_fused_bias_add_scale_mask_softmax_dropout_stub, args, kwargs)
+    _refuse_what_oneflow_refuses(a, ("fill_value", "scale", "p"))
     scores = _masked_scores(a["x"] + a["bias"], a["mask"], a["scale"], a["fill_value"])
     return _softmax_dropout(call, scores, float(a["p"]), a["training"])
 
@@ -204,6 +218,7 @@ def _fused_scale_tril_stub(a, p=0.5, diagonal=0, tril_scale_value=1.0, tril_fill
 
 def fused_scale_tril_softmax_mask_scale(call, original, args, kwargs):
     a = _bind(_fused_scale_tril_stub, args, kwargs)
+    _refuse_what_oneflow_refuses(a, ("p", "tril_scale_value", "tril_fill_value"))
     x = a["a"]
     lower = flow.tril(flow.ones_like(x), a["diagonal"])
     scores = _masked_scores(x, lower, a["tril_scale_value"], a["tril_fill_value"])
