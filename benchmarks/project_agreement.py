@@ -2,9 +2,10 @@
 
     .venv-libai-main/bin/python benchmarks/project_agreement.py [--iters 10] [--out benchmarks/results/project_agreement.md]
 
-Runs what ``tests/test_libai_projects.py`` runs (its harness, ``tests/libai_projects.py``): MoCo v3 and MAE from
-the projects archive at the pinned commit, by their own scripts with the adoption's three lines, CPU-sized (a ViT of
-depth 2 and width 32 on the digits at 32 x 32, global batch 8), one launch per layout (1 rank, dp2, tp2, dp2 x tp2),
+Runs what ``tests/test_libai_projects.py`` runs (its harness, ``tests/libai_projects.py``): MoCo v3, MAE and SimCSE
+from the projects archive at the pinned commit, by their own scripts (SimCSE: LiBai's ``tools/train_net.py``) with
+the adoption's lines, CPU-sized (a ViT of depth 2 and width 32 on the digits at 32 x 32; SimCSE: a BERT of depth 2
+and width 64 on real English sentences; global batch 8), one launch per layout (1 rank, dp2, tp2, dp2 x tp2, pp2),
 stock's scripts (as shipped, with what they need to start on CPU ranks) on 1 rank and dp2.  Prints, for each run, the
 relative difference of its loss from the reference at iteration 0 and the largest over the iterations:
 
@@ -35,19 +36,19 @@ def main():
 
     import test_libai_projects as harness
     from conftest import records_of_every_rank
-    from libai_ext.data import ensure_digits_imagenet
-    from libai_projects import adopt, extract_projects
+    from libai_ext.data.text_data import ensure_text_data
+    from libai_projects import adopt, extract_projects, project_data
 
     harness.ITERS = args.iters
     work = args.workdir or tempfile.mkdtemp(prefix="project_agreement_")
     projects = extract_projects(os.path.join(work, "projects"))
     for project in projects:
         adopt(projects[project], project)
-    imagenet = ensure_digits_imagenet(os.path.join(work, "imagenet"))
+    data = project_data(work, ensure_text_data(os.path.join(work, "text")))
     found = {}
     for name, layout in harness.LAYOUTS.items():
         stock = list(harness.SCRIPTS) if name in harness.STOCK_LAYOUTS else []
-        result, plan = harness.run_layout(projects, work, imagenet, name, layout, stock, harness.plugin_runs(name))
+        result, plan = harness.run_layout(projects, work, data, name, layout, stock, harness.plugin_runs(name))
         records = records_of_every_rank(result, count=len(plan))[0]
         found[name] = {r["name"]: (r["kind"], r["losses"]) for r in records}
 
@@ -57,8 +58,7 @@ def main():
 
     rows = ["| run | layout | iteration 0 | largest over the iterations | iterations |", "|---|---|---|---|---|"]
     for project in harness.SCRIPTS:
-        reference = per_step(found["1"][f"{project}-graphFalse" if project == "MAE" else f"{project}-graphNone"],
-                             project)
+        reference = per_step(found["1"][f"{project}-graph{None if project == 'MOCOV3' else False}"], project)
         for layout in harness.LAYOUTS:
             for run_project, graph in harness.plugin_runs(layout):
                 if run_project != project or (layout == "1" and not graph):
