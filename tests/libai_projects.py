@@ -180,8 +180,10 @@ GLOBAL_BATCH = 8
 def overrides(project, data, iters, dp=1, tp=1, pp=1, graph=None):
     """The CPU-sized run of ``project`` on ``data`` (MoCo and MAE: the digits in ImageNet's layout at 32 x 32 and a
     ViT of depth 2 and width 32; SimCSE: ``write_simcse_data``'s folder and a BERT of depth 2 and width 64),
-    global batch 8 (MAE: 2 micro-batches a step, as its config accumulates), ``iters`` iterations."""
-    accumulation = 2 if project == "MAE" else 1
+    global batch 8 (MAE: 2 micro-batches a step, as its config accumulates; in graph mode 1, since OneFlow 0.9.0's
+    CPU graphs with gradient accumulation now and then compute a wrong gradient, docs/upstream-bugs.md §32),
+    ``iters`` iterations."""
+    accumulation = 2 if project == "MAE" and not graph else 1
     layers = VIT["depth"] * (2 if project == "MAE" else 1)  # MAE's decoder blocks take layer_idx after the encoder's
     sizes = [f"train.dist.data_parallel_size={dp}", f"train.dist.tensor_parallel_size={tp}",
              f"train.dist.pipeline_parallel_size={pp}", f"train.dist.pipeline_num_layers={layers}",

@@ -249,6 +249,18 @@ def test_check_graph_options():
         check_graph_options(grad_acc_steps=0, cuda=True)
 
 
+@pytest.mark.parametrize("grad_acc_steps, cuda, warned", [(2, False, True), (2, True, False), (1, False, False)])
+def test_cpu_gradient_accumulation_in_a_graph_is_warned_of(caplog, grad_acc_steps, cuda, warned):
+    """OneFlow 0.9.0's CPU train graphs with gradient accumulation now and then compute a wrong gradient
+    (``tools/repro/graph_accumulation_grad.py`` shows it with OneFlow alone)."""
+    from libai_ext.engine.graph import warn_of_cpu_gradient_accumulation
+
+    with caplog.at_level("WARNING", logger="libai_ext.engine.graph"):
+        warn_of_cpu_gradient_accumulation(grad_acc_steps, cuda)
+    text = caplog.text
+    assert ("train.num_accumulation_steps=2 on CPU ranks" in text and "upstream-bugs.md §32" in text) == warned, text
+
+
 def test_libai_main_graph_arguments():
     """LiBai main's build_graph passes global_mode and auto_parallel_conf (None when the config lacks them)."""
     import oneflow as flow

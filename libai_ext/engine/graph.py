@@ -96,10 +96,25 @@ def check_graph_config(cfg, layout_set_up=True):
         tp = min(try_get_key(cfg, "train.dist.tensor_parallel_size", default=1), world)
         pp = min(try_get_key(cfg, "train.dist.pipeline_parallel_size", default=1), world // tp)
         dp, cuda = world // (tp * pp), None
+    grad_acc_steps = try_get_key(cfg, "train.num_accumulation_steps", default=1) or 1
     check_graph_options(fp16=bool(try_get_key(cfg, "train.amp.enabled", default=False)),
                         zero_optim=bool(try_get_key(cfg, "train.zero_optimization.enabled", default=False)),
-                        grad_acc_steps=try_get_key(cfg, "train.num_accumulation_steps", default=1) or 1,
-                        data_parallel_size=dp, tensor_parallel_size=tp, cuda=cuda)
+                        grad_acc_steps=grad_acc_steps, data_parallel_size=dp, tensor_parallel_size=tp, cuda=cuda)
+    if layout_set_up:  # once per train graph, where the device is known
+        warn_of_cpu_gradient_accumulation(grad_acc_steps, cuda)
+
+
+def warn_of_cpu_gradient_accumulation(grad_acc_steps, cuda):
+    """OneFlow 0.9.0's CPU train graphs with gradient accumulation now and then compute a wrong gradient
+    (docs/upstream-bugs.md §32).  Warned, not refused: most steps are right, a wrong one is a few percent off in
+    some tensors, and CUDA graphs were not checked."""
+    if not cuda and grad_acc_steps > 1:
+        logger.warning(
+            f"graph.enabled=True with train.num_accumulation_steps={grad_acc_steps} on CPU ranks: OneFlow 0.9.0's "
+            "train graphs with gradient accumulation now and then compute a wrong gradient there, so this run may "
+            "leave the trajectory of eager training and of 1 rank, and two runs of it may differ "
+            "(docs/upstream-bugs.md §32). For a run that must reproduce, set train.num_accumulation_steps=1 (with "
+            "a larger train.train_micro_batch_size) or graph.enabled=False.")
 
 
 def placement_is_cuda(placement=None):
