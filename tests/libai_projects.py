@@ -194,7 +194,7 @@ def overrides(project, data, iters, dp=1, tp=1, pp=1, graph=None):
     if project == "SimCSE":
         # No pretrained weights (a download, read with torch).  LiBai's fused attention softmax is off: with
         # SimCSE's apply_query_key_layer_scaling=False LiBai passes it scale=None and SimCSE's int64 mask, which
-        # OneFlow 0.9.0 refuses on every device (docs/upstream-bugs.md); LiBai's unfused path computes the same.
+        # OneFlow 0.9.0 refuses on every device (docs/upstream-bugs.md §31); LiBai's unfused path computes the same.
         model = [f"model.cfg.{k}={v}" for k, v in BERT.items()] + [
             "model.cfg.pretrained_model_weight=null", "model.cfg.scale_mask_softmax_fusion=False"]
         vocab = os.path.join(data, "vocab.txt")
