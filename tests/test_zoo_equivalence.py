@@ -15,8 +15,9 @@ in one launch per layout, and each layout's per-iteration raw loss is compared w
 Long tier (``make test-all``; ``make test-libai-main`` runs it too): all six layouts for 3 iterations (LiBai
 main's models all but (2, 2, 2), which 0.1.1's models run: 8 ranks on CI's 2 cores are the matrix's costliest
 launch, and on LiBai main ``test_stage0_loading.py``, ``test_pairing.py`` and ``test_elastic_resume.py`` run
-(2, 2, 2)), and stock LiBai's text models, which the tool flags.  The quick tier holds layout invariance at small scale with
-LiBai's own ``TransformerLayer`` (every dropout and drop-path, MAE-style masking) on tp2 and dp2 x pp2
+(2, 2, 2)), and stock LiBai's text models, which the tool flags.  The quick tier holds layout invariance at
+small scale with LiBai's own ``TransformerLayer`` (every dropout and drop-path, MAE-style masking) on tp2 and
+dp2 x pp2
 (tests/test_random_op_layouts.py) and with the demo on accumulating layouts
 (tests/test_accumulation_equivalence.py).  Stock LiBai's text models: its initial weights depend on the
 layout and its sampler gives data-parallel ranks other samples (stock has no CPU kernel for the
