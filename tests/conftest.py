@@ -185,27 +185,47 @@ def demo_reference(repo_root, tmp_path_factory):
     return reference
 
 
-@pytest.fixture(scope="session")
-def libai_main_configs(tmp_path_factory):
-    """LiBai main's own ``configs/`` folder, extracted from its source archive (``$LIBAI_MAIN_ARCHIVE``, else
-    beside this repository; the installed packages do not ship it) into a temporary folder; returns its path."""
+def copy_from_libai_source(dest, keep):
+    """Copy into ``dest`` the files of LiBai main's source (``$LIBAI_MAIN_ARCHIVE``, else beside this repository; a
+    folder or a ``.tar.gz``) whose path inside it, as a list of parts, ``keep`` accepts; returns ``dest``."""
+    import shutil
     import tarfile
 
     from libai_ext.data.text_data import resolve_libai_source
 
     source = resolve_libai_source()
     if os.path.isdir(source):
-        return os.path.join(source, "configs")
-    out = tmp_path_factory.mktemp("libai_main") / "configs"
+        for folder, subfolders, files in os.walk(source):
+            subfolders[:] = [name for name in subfolders if name != ".git"]
+            for name in files:
+                parts = os.path.relpath(os.path.join(folder, name), source).split(os.sep)
+                if keep(parts):
+                    os.makedirs(os.path.join(dest, *parts[:-1]), exist_ok=True)
+                    shutil.copy(os.path.join(folder, name), os.path.join(dest, *parts))
+        return dest
     with tarfile.open(source) as archive:
         for member in archive.getmembers():
-            parts = member.name.split("/")
-            if member.isfile() and len(parts) > 2 and parts[1] == "configs" and ".." not in parts:
-                target = out.joinpath(*parts[2:])
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(archive.extractfile(member).read())
-    assert (out / "swin_cifar100.py").is_file(), f"{source}: no configs/swin_cifar100.py"
-    return str(out)
+            parts = member.name.split("/")[1:]  # under the archive's top folder
+            if member.isfile() and parts and ".." not in parts and keep(parts):
+                os.makedirs(os.path.join(dest, *parts[:-1]), exist_ok=True)
+                with open(os.path.join(dest, *parts), "wb") as f:
+                    f.write(archive.extractfile(member).read())
+    return dest
+
+
+@pytest.fixture(scope="session")
+def libai_main_configs(tmp_path_factory):
+    """LiBai main's own ``configs/`` folder, taken from its source (the installed packages do not ship it): the
+    source folder's own, or extracted from its archive into a temporary folder; returns its path."""
+    from libai_ext.data.text_data import resolve_libai_source
+
+    source = resolve_libai_source()
+    if os.path.isdir(source):
+        return os.path.join(source, "configs")
+    out = os.path.join(copy_from_libai_source(str(tmp_path_factory.mktemp("libai_main")),
+                                              lambda parts: parts[0] == "configs"), "configs")
+    assert os.path.isfile(os.path.join(out, "swin_cifar100.py")), f"{source}: no configs/swin_cifar100.py"
+    return out
 
 
 # Rank scripts import `common` as a sibling; tests import them rarely, but keep it importable.

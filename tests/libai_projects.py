@@ -99,7 +99,7 @@ def projects_archive():
 def extract_projects(dest):
     """``{project: folder}`` of the projects under ``dest``, extracted from ``projects_archive()`` (SimCSE's: a
     LiBai checkout holding it, with LiBai main's ``configs/`` and ``tools/train_net.py``)."""
-    from libai_ext.data.text_data import resolve_libai_source
+    from conftest import copy_from_libai_source
 
     folders = {project: os.path.join(dest, project) for project in PROJECTS}
     checkout = {"SimCSE": os.path.join("SimCSE", "projects", "SimCSE")}
@@ -109,12 +109,7 @@ def extract_projects(dest):
             if len(parts) > 2 and parts[1] == "projects" and parts[2] in PROJECTS and member.isfile():
                 member.name = os.path.join(checkout.get(parts[2], parts[2]), *parts[3:])
                 archive.extract(member, dest)
-    with tarfile.open(resolve_libai_source()) as archive:
-        for member in archive.getmembers():
-            parts = member.name.split("/")
-            if member.isfile() and len(parts) > 2 and (parts[1] == "configs" or parts[1:] == ["tools", "train_net.py"]):
-                member.name = "/".join(parts[1:])
-                archive.extract(member, folders["SimCSE"])
+    copy_from_libai_source(folders["SimCSE"], lambda parts: parts[0] == "configs" or parts == ["tools", "train_net.py"])
     for project in PROJECTS:
         assert os.path.isfile(os.path.join(folders[project], SCRIPTS[project][0])), (project, dest)
     return folders
