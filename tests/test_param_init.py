@@ -11,7 +11,10 @@ In-process (local tensors):
 * what cannot be reproduced is refused, naming the tensor and the call site (draws it cannot
   redo, ops it does not replay: a product, a norm; copies through numpy);
 * parameters created after the build (in forward) are refused (layout_invariant) or warned
-  about (fast) by name.
+  about (fast) by name;
+* a trainer's own ``build_model`` not calling ours (LiBai main's LLM projects: a loader builds the model and
+  loads its weights, a LoRA adapter is added) gets the model-side work: the loaded weights stay the file's, the
+  adapter's init is re-drawn, its dropout converted; a model replaced after ``build_model`` is refused.
 
 Multi-rank, two launches in the quick tier: one rank, and 4 ranks going through tp2 x pp2 and
 dp2 x tp2 in turn (rank_scripts/param_init.py sets LiBai's layout up again for each).  On every
@@ -20,7 +23,8 @@ bit-identical initial weights (every parameter and buffer) to 1 rank, while the 
 (train.randomness="fast", and stock LiBai's DefaultTrainer) differ on the tensor-parallel ones;
 LiBai's own GPT, BERT, ViT and T5 (tiny) are bit-identical too; and a LiBai ViT's EMA teacher
 (copy.deepcopy) and a load_state_dict copy equal their student on every layout, as ``w * 0.5``
-and ``flow.cat([w, w])`` of its tensor-parallel weight ``w`` equal those ops on ``w``.  The long tier
+and ``flow.cat([w, w])`` of its tensor-parallel weight ``w`` equal those ops on ``w``; the project trainer's
+model (loaded ViT, LoRA adapter) is bit-identical too, its loaded weights the file's.  The long tier
 adds tp2, pp2 and dp2 alone (one 2-rank launch).
 """
 import copy
