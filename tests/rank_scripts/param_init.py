@@ -117,9 +117,10 @@ def pretrained_values(model):
 
 
 def write_pretrained(path):
-    """The pretrained file of a tiny ViT, written by rank 0 with ``flow.save``."""
+    """The pretrained file of a tiny ViT, written by rank 0 with ``flow.save`` (every rank builds the ViT)."""
+    values = pretrained_values(tiny_vit())
     if flow.env.get_rank() == 0:
-        flow.save({name: flow.tensor(value) for name, value in pretrained_values(tiny_vit()).items()}, path)
+        flow.save({name: flow.tensor(value) for name, value in values.items()}, path)
     dist.synchronize()
 
 
@@ -246,9 +247,9 @@ def loaded_values():
 def build_project(layout):
     start = time.perf_counter()
     model = ProjectTrainer.build_model(project_config())
-    tensors = model.state_dict()
-    held = {name: full_value(tensors[name]) for name in loaded_values()}
-    differ = sorted(name for name, value in loaded_values().items()
+    tensors, loaded = model.state_dict(), loaded_values()
+    held = {name: full_value(tensors[name]) for name in loaded}
+    differ = sorted(name for name, value in loaded.items()
                     if held[name] is not None and not np.array_equal(held[name], value))
     dropout = model.head.lora_dropout
     write_rank_result(layout=layout, model="project", build="layout_invariant", weights=digests(model),
