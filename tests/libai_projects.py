@@ -182,8 +182,8 @@ def write_simcse_data(text_root, dest, sentences=200, pairs=20):
 def make_libai_checkout(folder):
     """Make ``folder`` (holding ``projects/Llama``) a LiBai main checkout as ``pip install -e .`` leaves one: LiBai
     main's ``libai/`` (with ``libai/inference``, which pip's install from the archive lacks) and ``configs/`` from its
-    source, plus what setup.py writes there, ``libai/version.py`` and the compiled dataset helpers, copied from the
-    installed LiBai.  Not the helpers' Makefile: LiBai's start-up would run it, and its ``python3`` is whatever the
+    source, plus what setup.py makes there: ``libai/config/configs`` (a link to ``configs/``, which LiBai's
+    ``get_config`` reads), ``libai/version.py`` and the compiled dataset helpers, copied from the installed LiBai.  Not the helpers' Makefile: LiBai's start-up would run it, and its ``python3`` is whatever the
     host's PATH names (libai_ext's ``compile_step`` repair skips the step where no Makefile is, as after pip's
     install).  Every run of a launch that holds a Llama run imports LiBai from here (``libai_checkout``)."""
     import glob
@@ -198,6 +198,7 @@ def make_libai_checkout(folder):
     for path in built:
         if not path.endswith(".cpp"):
             shutil.copy(path, os.path.join(folder, "libai", os.path.relpath(os.path.dirname(path), installed)))
+    os.symlink(os.path.join("..", "..", "configs"), os.path.join(folder, "libai", "config", "configs"))
     return folder
 
 
