@@ -306,12 +306,7 @@ def llama_overrides(data, iters, dp=1, tp=1, pp=1, graph=None, accumulation=None
         accumulation = 1 if graph else LLAMA_ACCUMULATION
     checkpoint = os.path.join(data, "checkpoint")
     tokenizer = os.path.join(checkpoint, "tokenizer.model")
-    sizes = [f"train.dist.data_parallel_size={dp}", f"train.dist.tensor_parallel_size={tp}",
-             f"train.dist.pipeline_parallel_size={pp}", f"train.dist.pipeline_num_layers={LLAMA['num_hidden_layers']}",
-             f"train.train_micro_batch_size={LLAMA_GLOBAL_BATCH // dp // accumulation}",
-             f"train.num_accumulation_steps={accumulation}",
-             f"train.train_iter={iters}", "train.train_epoch=0", "train.log_period=1", "train.seed=1234",
-             "train.checkpointer.period=100000", "dataloader.train.num_workers=0", "train.evaluation.enabled=False"]
+    sizes = run_sizes(dp, tp, pp, LLAMA["num_hidden_layers"], LLAMA_GLOBAL_BATCH, accumulation, iters)
     inputs = [f"model.cfg.pretrained_model_path={checkpoint}", f"tokenization.tokenizer.pretrained_model_path={tokenizer}",
               f"dataloader.train.dataset.0.path={os.path.join(data, 'alpaca_data', 'train')}",
               f"dataloader.train.dataset.0.tokenizer.pretrained_model_path={tokenizer}",
@@ -329,6 +324,17 @@ BERT = dict(hidden_size=64, num_attention_heads=4, hidden_layers=2, intermediate
 GLOBAL_BATCH = 8
 
 
+def run_sizes(dp, tp, pp, layers, global_batch, accumulation, iters):
+    """The layout, batch and length of a run: ``iters`` steps of ``global_batch`` samples in ``accumulation``
+    micro-batches, every iteration logged, no checkpoint, evaluation or loader worker."""
+    return [f"train.dist.data_parallel_size={dp}", f"train.dist.tensor_parallel_size={tp}",
+            f"train.dist.pipeline_parallel_size={pp}", f"train.dist.pipeline_num_layers={layers}",
+            f"train.train_micro_batch_size={global_batch // dp // accumulation}",
+            f"train.num_accumulation_steps={accumulation}",
+            f"train.train_iter={iters}", "train.train_epoch=0", "train.log_period=1", "train.seed=1234",
+            "train.checkpointer.period=100000", "dataloader.train.num_workers=0", "train.evaluation.enabled=False"]
+
+
 def overrides(project, data, iters, dp=1, tp=1, pp=1, graph=None, accumulation=None):
     """The CPU-sized run of ``project`` on ``data`` (MoCo and MAE: the digits in ImageNet's layout at 32 x 32 and a
     ViT of depth 2 and width 32; SimCSE: ``write_simcse_data``'s folder and a BERT of depth 2 and width 64),
@@ -339,12 +345,7 @@ def overrides(project, data, iters, dp=1, tp=1, pp=1, graph=None, accumulation=N
         return llama_overrides(data, iters, dp, tp, pp, graph, accumulation)
     accumulation = 2 if project == "MAE" and not graph else 1
     layers = VIT["depth"] * (2 if project == "MAE" else 1)  # MAE's decoder blocks take layer_idx after the encoder's
-    sizes = [f"train.dist.data_parallel_size={dp}", f"train.dist.tensor_parallel_size={tp}",
-             f"train.dist.pipeline_parallel_size={pp}", f"train.dist.pipeline_num_layers={layers}",
-             f"train.train_micro_batch_size={GLOBAL_BATCH // dp // accumulation}",
-             f"train.num_accumulation_steps={accumulation}",
-             f"train.train_iter={iters}", "train.train_epoch=0", "train.log_period=1", "train.seed=1234",
-             "train.checkpointer.period=100000", "dataloader.train.num_workers=0", "train.evaluation.enabled=False"]
+    sizes = run_sizes(dp, tp, pp, layers, GLOBAL_BATCH, accumulation, iters)
     if project == "SimCSE":
         # No pretrained weights (a download, read with torch).  LiBai's fused attention softmax is off: with
         # SimCSE's apply_query_key_layer_scaling=False LiBai passes it scale=None and SimCSE's int64 mask, which
