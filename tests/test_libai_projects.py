@@ -45,7 +45,7 @@ from libai_ext.compat import detect, libai_main
 from libai_ext.data import ensure_digits_imagenet
 from libai_ext.testing import launch
 from libai_projects import (
-    ADOPTED_SUFFIX, LLAMA, LLAMA_ACCUMULATION, LLAMA_GLOBAL_BATCH, LLAMA_SCRIPT, SCRIPTS, TORCH_STAND_IN, adopt,
+    ADOPTED_SUFFIX, LLAMA, LLAMA_ACCUMULATION, LLAMA_GLOBAL_BATCH, SCRIPTS, TORCH_STAND_IN, adopt,
     extract_projects, libai_checkout, llama_overrides, overrides, project_data, stock_copy, write_llama_data,
 )
 
@@ -347,12 +347,12 @@ def test_check_equivalence_names_stocks_first_difference_in_llamas_own_script(pr
     the_tools = ("train.dist.data_parallel_size", "train.dist.tensor_parallel_size", "train.dist.pipeline_parallel_size",
                  "train.train_micro_batch_size", "train.num_accumulation_steps", "train.train_iter")
     sized = [o for o in llama_overrides(data, 2) if not o.startswith(the_tools)]
-    scripts = {"stock": stock_copy(projects["Llama"], "Llama", str(tmp_path / "stock-Llama")),
-               "plugin": adopt(projects["Llama"], "Llama")}
+    stock = str(tmp_path / "stock-Llama")
+    scripts = {"stock": (stock, stock_copy(projects["Llama"], "Llama", stock)),
+               "plugin": (projects["Llama"], adopt(projects["Llama"], "Llama"))}
     layouts = [f"acc{LLAMA_ACCUMULATION}", f"dp2xacc{LLAMA_ACCUMULATION}"]
     found = {}
-    for name, script in scripts.items():
-        checkout = script[:-len(LLAMA_SCRIPT)]
+    for name, (checkout, script) in scripts.items():
         argv = [sys.executable, "-m", "libai_ext.cli.check_equivalence", "--script", script,
                 "--config-file", CONFIGS["Llama"], "--layouts", *layouts, "--iters", "2",
                 "--global-batch", str(LLAMA_GLOBAL_BATCH), "--rtol", str(RTOL), "--timeout", "900",
