@@ -1,0 +1,207 @@
+// A trivial OneFlow 0.9.0 user op built outside OneFlow: y = x * 2.  Built twice and exercised by
+// tools/repro/user_op_library.py (read its docstring for the build commands).
+//
+// Always: the op (shape, dtype and sbp inference) and its CPU kernel, which compile against the wheel's own
+// headers.  The op declares a string attribute "name" for one reason: Python can dispatch a user op only
+// through one of flow._C's dispatch_* functors, and dispatch_ofrecord_bytes_decoder(op, x, name) is one that
+// takes a tensor and sets nothing but that attribute.
+//
+// With LIBAI_EXT_WITH_OP_EXPR: the gradient function (0.9.0's autograd engine runs the same
+// OpExprGradFunction eagerly and, inside nn.Graph, to emit the backward ops) and a Python entry point
+// `scale(x)`.  Their headers (op_expr.h and what it includes) are not in the wheel: the script takes them
+// from OneFlow's v0.9.0 sources.
+#ifdef LIBAI_EXT_WITH_OP_EXPR
+#include <Python.h>
+#endif
+
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+#include "oneflow/core/framework/framework.h"
+
+#ifdef LIBAI_EXT_WITH_OP_EXPR
+#include "oneflow/core/framework/op_builder.h"
+#include "oneflow/core/framework/op_expr.h"
+#include "oneflow/core/framework/op_expr_grad_function.h"
+#include "oneflow/core/framework/op_interpreter/op_interpreter_util.h"
+#include "oneflow/core/framework/tensor.h"
+#include "oneflow/core/framework/tensor_tuple.h"
+#endif
+
+#ifndef LIBAI_EXT_SCALE_OP
+#define LIBAI_EXT_SCALE_OP "libai_ext_scale"
+#endif
+
+// glog is linked into liboneflow with hidden symbols: the CHECK paths that the wheel's inline headers
+// compile into this library need glog's message classes defined here.  They only run when a check fails.
+namespace google {
+struct LogMessage::LogMessageData {
+  std::ostringstream stream;
+};
+namespace base {
+CheckOpMessageBuilder::CheckOpMessageBuilder(const char* exprtext) : stream_(new std::ostringstream) {
+  *stream_ << exprtext << " (";
+}
+CheckOpMessageBuilder::~CheckOpMessageBuilder() { delete stream_; }
+std::ostream* CheckOpMessageBuilder::ForVar2() {
+  *stream_ << " vs. ";
+  return stream_;
+}
+std::string* CheckOpMessageBuilder::NewString() {
+  *stream_ << ")";
+  return new std::string(stream_->str());
+}
+}  // namespace base
+LogMessage::LogMessage(const char* file, int line) : allocated_(new LogMessageData), data_(allocated_) {
+  data_->stream << file << ":" << line << "] ";
+}
+LogMessage::~LogMessage() {
+  std::fprintf(stderr, "%s\n", data_->stream.str().c_str());
+  delete allocated_;
+}
+std::ostream& LogMessage::stream() { return data_->stream; }
+LogMessageFatal::LogMessageFatal(const char* file, int line) : LogMessage(file, line) {}
+LogMessageFatal::LogMessageFatal(const char* file, int line, const CheckOpString& result)
+    : LogMessage(file, line) {
+  stream() << "Check failed: " << *result.str_ << " ";
+}
+LogMessageFatal::~LogMessageFatal() {
+  std::fprintf(stderr, "%s\n", static_cast<std::ostringstream&>(stream()).str().c_str());
+  std::abort();
+}
+}  // namespace google
+
+namespace oneflow {
+
+namespace {
+
+constexpr const char* kOp = LIBAI_EXT_SCALE_OP;
+
+Maybe<void> InferScaleTensorDesc(user_op::InferContext* ctx) {
+  ctx->SetOutputShape("y", 0, ctx->InputShape("x", 0));
+  ctx->SetOutputIsDynamic("y", 0, ctx->InputIsDynamic("x", 0));
+  return Maybe<void>::Ok();
+}
+
+Maybe<void> InferScaleDataType(user_op::InferContext* ctx) {
+  ctx->SetOutputDType("y", 0, ctx->InputDType("x", 0));
+  return Maybe<void>::Ok();
+}
+
+// Elementwise and linear: any split, broadcast, and partial sum pass through unchanged.
+Maybe<void> GetScaleSbp(user_op::SbpContext* ctx) {
+  const user_op::TensorDesc& x = ctx->LogicalTensorDesc4InputArgNameAndIndex("x", 0);
+  for (int64_t axis = 0; axis < x.shape().NumAxes(); ++axis) {
+    ctx->NewBuilder().Split(user_op::OpArg("x", 0), axis).Split(user_op::OpArg("y", 0), axis).Build();
+  }
+  ctx->NewBuilder().PartialSum(user_op::OpArg("x", 0)).PartialSum(user_op::OpArg("y", 0)).Build();
+  return Maybe<void>::Ok();
+}
+
+REGISTER_USER_OP(kOp)
+    .Input("x")
+    .Output("y")
+    .Attr<std::string>("name", "")
+    .SetTensorDescInferFn(InferScaleTensorDesc)
+    .SetDataTypeInferFn(InferScaleDataType)
+    .SetGetSbpFn(GetScaleSbp);
+
+template<typename T>
+class ScaleCpuKernel final : public user_op::OpKernel {
+ private:
+  void Compute(user_op::KernelComputeContext* ctx) const override {
+    const user_op::Tensor* x = ctx->Tensor4ArgNameAndIndex("x", 0);
+    user_op::Tensor* y = ctx->Tensor4ArgNameAndIndex("y", 0);
+    const T* in = x->dptr<T>();
+    T* out = y->mut_dptr<T>();
+    const int64_t n = x->shape_view().elem_cnt();
+    for (int64_t i = 0; i < n; ++i) { out[i] = in[i] * static_cast<T>(2); }
+  }
+  bool AlwaysComputeWhenAllOutputsEmpty() const override { return false; }
+};
+
+#define REGISTER_SCALE_CPU_KERNEL(dtype)                                                \
+  REGISTER_USER_KERNEL(kOp).SetCreateFn<ScaleCpuKernel<dtype>>().SetIsMatchedHob(      \
+      (user_op::HobDeviceType() == DeviceType::kCPU)                                    \
+      && (user_op::HobDataType("y", 0) == GetDataType<dtype>::value));
+
+REGISTER_SCALE_CPU_KERNEL(float)
+REGISTER_SCALE_CPU_KERNEL(double)
+
+}  // namespace
+
+#ifdef LIBAI_EXT_WITH_OP_EXPR
+
+namespace one {
+// The layout of a Python oneflow.Tensor and its constructor, exported by _oneflow_internal (0.9.0's
+// oneflow/api/python/framework/tensor.h is in neither the wheel nor the headers taken from the sources).
+typedef struct {
+  PyObject_HEAD;
+  std::shared_ptr<Tensor> data;
+} PyTensorObject;
+extern PyTypeObject* PyTensorObject_Type;
+PyObject* PyTensor_New(const std::shared_ptr<Tensor>& data);
+
+namespace {
+
+Maybe<Tensor> Scale(const std::shared_ptr<Tensor>& x) {
+  static const auto op = CHECK_JUST(OpBuilder(kOp).Input("x").Output("y").Build());
+  return OpInterpUtil::Dispatch<Tensor>(*op, {x});
+}
+
+struct ScaleCaptureState : public AutoGradCaptureState {
+  bool requires_grad = false;
+};
+
+// The op applied to dy is its own gradient; the keyed-mask op has the same property (its mask is a
+// function of each element's position and the key, so the backward recomputes it instead of saving it).
+class ScaleGrad : public OpExprGradFunction<ScaleCaptureState> {
+ public:
+  Maybe<void> Init(const OpExpr&) override { return Maybe<void>::Ok(); }
+  Maybe<void> Capture(ScaleCaptureState* state, const TensorTuple& inputs, const TensorTuple&,
+                      const AttrMap&) const override {
+    state->requires_grad = inputs.at(0)->requires_grad();
+    return Maybe<void>::Ok();
+  }
+  Maybe<void> Apply(const ScaleCaptureState* state, const TensorTuple& out_grads,
+                    TensorTuple* in_grads) const override {
+    in_grads->resize(1);
+    if (state->requires_grad) { in_grads->at(0) = JUST(Scale(out_grads.at(0))); }
+    return Maybe<void>::Ok();
+  }
+};
+
+PyObject* PyScale(PyObject*, PyObject* arg) {
+  if (!PyObject_TypeCheck(arg, PyTensorObject_Type)) {
+    PyErr_Format(PyExc_TypeError, "%s: expected a oneflow.Tensor, got %s", kOp, Py_TYPE(arg)->tp_name);
+    return nullptr;
+  }
+  const auto result = Scale(reinterpret_cast<PyTensorObject*>(arg)->data);
+  if (!result.IsOk()) {
+    PyErr_SetString(PyExc_RuntimeError, result.GetSerializedError().c_str());
+    return nullptr;
+  }
+  return PyTensor_New(CHECK_JUST(result));
+}
+
+PyMethodDef kMethods[] = {{"scale", PyScale, METH_O, "y = x * 2 through the user op"},
+                          {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "libai_ext_user_op", nullptr, -1, kMethods};
+
+}  // namespace
+
+REGISTER_OP_EXPR_GRAD_FUNCTION(kOp, ScaleGrad);
+
+}  // namespace one
+
+}  // namespace oneflow
+
+PyMODINIT_FUNC PyInit_libai_ext_user_op() { return PyModule_Create(&oneflow::one::kModule); }
+
+#else
+
+}  // namespace oneflow
+
+#endif  // LIBAI_EXT_WITH_OP_EXPR

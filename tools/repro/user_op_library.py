@@ -1,0 +1,377 @@
+"""OneFlow 0.9.0's wheel cannot build a user op as `oneflow.sysconfig` says; with fixes, the op runs everywhere.
+
+    python tools/repro/user_op_library.py --oneflow-source DIR   # one build + two 2-rank launches, ~3-5 min
+
+DIR is OneFlow's source (a git repository holding the tag v0.9.0, or a checkout of it): the gradient
+function's headers are not in the wheel.  Without it, the second variant below is skipped.
+
+The op: `y = x * 2` with a CPU kernel (tools/repro/user_op_library.cpp), built with g++ into a shared
+library, in two variants that register the op under different names:
+
+* **dispatch** (the wheel's headers only): op and kernel in C++, loaded with `flow.utils.load_library`;
+  Python builds the op with `flow._oneflow_internal.one.OpBuilder` and dispatches it through
+  `flow._C.dispatch_ofrecord_bytes_decoder` (the one functor that takes a tensor and sets only a string
+  attribute, here the op's "name"); the backward is a `flow.autograd.Function` calling the op on dy.
+* **op_expr**: plus a C++ `OpExprGradFunction` (`REGISTER_OP_EXPR_GRAD_FUNCTION`) and a Python entry point
+  in the same library, imported as an extension module.  Its headers come from DIR.
+
+Each variant runs on 2 CPU ranks: (1) eager on a local tensor, forward and backward; (2) eager on a global
+tensor split over rows, forward and backward; (3) inside an `nn.Graph` forward; (4) a train graph (SGD,
+lr 1) whose parameter's step must be minus the gradient.  Plus the raw dispatch with no gradient function.
+
+What the wheel's flags lack (each fix measured; the script prints the first error of the plain flags):
+`-I<include>` puts the wheel's copy of CentOS 7 glibc headers (math.h, features.h, ...) before the
+system's (fix: `-idirafter`); `-DWITH_CUDA` wants `cuda_fp16.h` (any CUDA toolkit's include dir);
+`glog/logging.h` lives under `include/glog-build` and includes `glog/log_severity.h`, which the wheel lacks
+(a shim); glog is linked into liboneflow with hidden symbols (the .cpp defines the 8 it needs); the link
+flags name only `_oneflow_internal`, whose symbols the library does not use, so `--as-needed` drops it
+and every OneFlow symbol is unresolved at load (fix: `-Wl,--no-as-needed`).
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.join(HERE, "user_op_library.cpp")
+ONEFLOW_TAG = "v0.9.0"
+VARIANTS = {"dispatch": "libai_ext_scale_dispatch", "op_expr": "libai_ext_scale"}
+MODULE = "libai_ext_user_op"  # the op_expr library's Python module name (PyInit_libai_ext_user_op)
+CHECKS = ("eager_local", "eager_global", "graph_forward", "graph_train")
+
+# Headers the wheel's headers include but do not ship, reduced to the declarations they use.
+SHIMS = {
+    "glog/log_severity.h": """\
+// glog 0.5.0's severities: the wheel's glog/logging.h includes this header but the wheel does not ship it.
+#pragma once
+typedef int LogSeverity;
+const int GLOG_INFO = 0, GLOG_WARNING = 1, GLOG_ERROR = 2, GLOG_FATAL = 3, NUM_SEVERITIES = 4;
+const int INFO = GLOG_INFO, WARNING = GLOG_WARNING, ERROR = GLOG_ERROR, FATAL = GLOG_FATAL;
+#define DFATAL_LEVEL ERROR
+extern const char* const LogSeverityNames[NUM_SEVERITIES];
+enum { DEBUG_MODE = 0 };
+#define IF_DEBUG_MODE(x)
+""",
+    # The wheel's CUDA headers name these libraries' types; the op never calls them.
+    "curand.h": """\
+#pragma once
+typedef enum curandStatus { CURAND_STATUS_SUCCESS = 0 } curandStatus_t;
+typedef struct curandGenerator_st* curandGenerator_t;
+""",
+    "curand_kernel.h": "#pragma once\n#include <curand.h>\ntypedef struct curandStateXORWOW curandState;\n",
+    "nvjpeg.h": "#pragma once\ntypedef enum { NVJPEG_STATUS_SUCCESS = 0 } nvjpegStatus_t;\n",
+}
+INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
+
+
+# ---------------------------------------------------------------- build
+
+
+def wheel_flags():
+    # In a child: importing oneflow here would start its runtime in the driver for nothing.
+    query = ("import oneflow.sysconfig as s, json; "
+             "print(json.dumps([s.get_include(), s.get_compile_flags(), s.get_link_flags(), s.get_lib()]))")
+    out = subprocess.run([sys.executable, "-c", query], capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def cuda_include():
+    for root in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if root and os.path.exists(os.path.join(root, "include", "cuda_fp16.h")):
+            return os.path.join(root, "include")
+    raise SystemExit("no cuda_fp16.h: set CUDA_HOME to a CUDA toolkit (the wheel's headers are built WITH_CUDA)")
+
+
+class OneFlowSource:
+    """OneFlow's sources at ONEFLOW_TAG: a git repository (read with git show) or a checkout."""
+
+    def __init__(self, path):
+        self.path = path
+        tag = subprocess.run(["git", "-C", path, "rev-parse", "--verify", "-q", ONEFLOW_TAG + "^{commit}"],
+                             capture_output=True, text=True)
+        self.git = tag.returncode == 0
+        if self.git:
+            names = subprocess.run(["git", "-C", path, "ls-tree", "-r", "--name-only", ONEFLOW_TAG, "oneflow/"],
+                                   capture_output=True, text=True, check=True).stdout.split()
+            self.files = set(names)
+        elif not os.path.isdir(os.path.join(path, "oneflow", "core")):
+            raise SystemExit(f"--oneflow-source {path}: neither a git repository with tag {ONEFLOW_TAG} "
+                             "nor a OneFlow checkout (no oneflow/core)")
+
+    def has(self, name):
+        return name in self.files if self.git else os.path.isfile(os.path.join(self.path, name))
+
+    def read(self, name):
+        if self.git:
+            return subprocess.run(["git", "-C", self.path, "show", f"{ONEFLOW_TAG}:{name}"],
+                                  capture_output=True, text=True, check=True).stdout
+        with open(os.path.join(self.path, name)) as f:
+            return f.read()
+
+
+def copy_missing_headers(source, search_dirs, out_dir):
+    """Every header reachable from the op's source that only OneFlow's sources have, written to out_dir."""
+    with open(SOURCE) as f:
+        todo = INCLUDE.findall(f.read())
+    seen, copied = set(), []
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        found = next((os.path.join(d, name) for d in search_dirs if os.path.isfile(os.path.join(d, name))), None)
+        if found:
+            with open(found, errors="replace") as f:
+                text = f.read()
+        elif source.has(name):
+            text = source.read(name)
+            os.makedirs(os.path.dirname(os.path.join(out_dir, name)), exist_ok=True)
+            with open(os.path.join(out_dir, name), "w") as f:
+                f.write(text)
+            copied.append(name)
+        else:  # the compiler's own (or absent and then reported by it)
+            continue
+        todo.extend(INCLUDE.findall(text))
+    return sorted(copied)
+
+
+def compile_library(flags, output, log):
+    command = ["nice", "-n", "19", "g++", *flags[0], SOURCE, "-o", output, *flags[1]]
+    start = time.time()
+    proc = subprocess.run(command, capture_output=True, text=True)
+    with open(log, "w") as f:
+        f.write(" ".join(command) + "\n\n" + proc.stderr)
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    return proc.returncode == 0, time.time() - start, command, errors[0] if errors else ""
+
+
+def build(build_dir, oneflow_source):
+    include, compile_flags, link_flags, lib = wheel_flags()
+    common = ["-std=c++14", "-O2", "-DNDEBUG", "-fPIC", "-shared"]
+    results = {}
+
+    plain = compile_library((common + compile_flags, link_flags), os.path.join(build_dir, "plain.so"),
+                            os.path.join(build_dir, "plain.log"))
+    results["plain"] = plain
+
+    shims = os.path.join(build_dir, "shims")
+    for name, text in SHIMS.items():
+        os.makedirs(os.path.dirname(os.path.join(shims, name)), exist_ok=True)
+        with open(os.path.join(shims, name), "w") as f:
+            f.write(text)
+    fixed_compile = [flag for flag in compile_flags if not flag.startswith("-I")]
+    fixed_compile += ["-idirafter", include, "-idirafter", os.path.join(include, "glog-build"), "-I", shims,
+                      "-I", cuda_include()]
+    fixed_link = ["-Wl,--no-as-needed", *link_flags, f"-Wl,-rpath,{lib}"]
+
+    flags = (common + fixed_compile + [f'-DLIBAI_EXT_SCALE_OP="{VARIANTS["dispatch"]}"'], fixed_link)
+    results["dispatch"] = compile_library(flags, os.path.join(build_dir, "dispatch.so"),
+                                          os.path.join(build_dir, "dispatch.log"))
+    if oneflow_source:
+        from_source = os.path.join(build_dir, "oneflow-" + ONEFLOW_TAG)
+        cublas = os.path.join(lib, "..", "nvidia", "cublas", "include")  # the nvidia-cublas-cu11 wheel's
+        search = [shims, include, os.path.join(include, "glog-build"), cublas]
+        copied = copy_missing_headers(OneFlowSource(oneflow_source), search, from_source)
+        print(f"op_expr: {len(copied)} headers taken from OneFlow {ONEFLOW_TAG}'s sources "
+              f"(not in the wheel): {' '.join(copied)}", flush=True)
+        flags = (common + fixed_compile + ["-I", from_source, "-I", cublas, "-I", sysconfig.get_paths()["include"],
+                                           "-DLIBAI_EXT_WITH_OP_EXPR", f'-DLIBAI_EXT_SCALE_OP="{VARIANTS["op_expr"]}"'],
+                 fixed_link)
+        module = os.path.join(build_dir, MODULE + sysconfig.get_config_var("EXT_SUFFIX"))
+        results["op_expr"] = compile_library(flags, module, os.path.join(build_dir, "op_expr.log"))
+    return results
+
+
+# ---------------------------------------------------------------- the ranks' checks
+
+
+def scale_function(variant, build_dir):
+    import oneflow as flow
+
+    if variant == "op_expr":
+        sys.path.insert(0, build_dir)
+        module = __import__(MODULE)
+        return module.scale, None
+    flow.utils.load_library(os.path.join(build_dir, "dispatch.so"))
+    op = flow._oneflow_internal.one.OpBuilder(VARIANTS[variant], VARIANTS[variant] + "_0") \
+        .input("x", 1).output("y", 1).build()
+
+    def dispatch(x):
+        return flow._C.dispatch_ofrecord_bytes_decoder(op, x, "")
+
+    class Scale(flow.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return dispatch(x)
+
+        @staticmethod
+        def backward(ctx, dy):
+            return dispatch(dy)
+
+    return Scale.apply, dispatch
+
+
+def run_checks(variant, build_dir):
+    import numpy as np
+    import oneflow as flow
+
+    from _common import message
+    from libai_ext.testing.multirank import write_rank_result
+
+    scale, raw = scale_function(variant, build_dir)
+    rank = flow.env.get_rank()
+    placement = flow.placement("cpu", ranks=[0, 1])
+    data = np.arange(12, dtype=np.float32).reshape(4, 3) - 5
+
+    def record(check, ok, detail=""):
+        write_rank_result(variant=variant, check=check, ok=bool(ok), detail=detail)
+
+    def attempt(check, body):
+        try:
+            ok, detail = body()
+        except Exception as error:  # the finding is the error itself
+            ok, detail = False, message(error, 300)
+        record(check, ok, detail)
+
+    def global_x(requires_grad=False):
+        x = flow.tensor(data, placement=placement, sbp=flow.sbp.broadcast).to_global(sbp=flow.sbp.split(0))
+        return x.requires_grad_() if requires_grad else x
+
+    def eager_local():
+        x = flow.tensor(data + rank, requires_grad=True)
+        y = scale(x)
+        y.sum().backward()
+        return (np.array_equal(y.numpy(), 2 * (data + rank)) and np.all(x.grad.numpy() == 2),
+                "y == 2x, dx == 2")
+
+    def eager_global():
+        x = global_x(requires_grad=True)
+        y = scale(x)
+        y.sum().backward()
+        local = x.to_local().numpy()
+        ok = (y.sbp == (flow.sbp.split(0),) and np.array_equal(y.to_local().numpy(), 2 * local)
+              and np.all(x.grad.to_local().numpy() == 2))
+        return ok, f"y.sbp {y.sbp}, this rank's rows {local.shape[0]}"
+
+    def graph_forward():
+        class Forward(flow.nn.Graph):
+            def build(self, x):
+                return scale(x)
+
+        y = Forward()(global_x())
+        return np.array_equal(y.to_global(sbp=flow.sbp.broadcast).to_local().numpy(), 2 * data), f"y.sbp {y.sbp}"
+
+    def graph_train():
+        class Model(flow.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = flow.nn.Parameter(flow.ones(3, placement=placement, sbp=flow.sbp.broadcast))
+
+            def forward(self, x):
+                return scale(x * self.w).sum()
+
+        model = Model()
+        optimizer = flow.optim.SGD(model.parameters(), lr=1.0)
+
+        class Train(flow.nn.Graph):
+            def __init__(self):
+                super().__init__()
+                self.model = model
+                self.add_optimizer(optimizer)
+
+            def build(self, x):
+                loss = self.model(x)
+                loss.backward()
+                return loss
+
+        Train()(global_x())
+        w = model.w.to_global(sbp=flow.sbp.broadcast).to_local().numpy()
+        expected = 1 - 2 * data.sum(0)
+        return np.allclose(w, expected), f"w after one step {w.tolist()} (expected {expected.tolist()})"
+
+    for check, body in zip(CHECKS, (eager_local, eager_global, graph_forward, graph_train)):
+        attempt(check, body)
+    if raw is not None:
+        def raw_backward():
+            x = flow.tensor(data, requires_grad=True)
+            raw(x).sum().backward()
+            return True, "backward ran"
+
+        attempt("raw_backward_without_grad_function", raw_backward)
+
+
+# ---------------------------------------------------------------- driver
+
+
+def launch_checks(variant, build_dir):
+    sys.path.insert(0, os.path.dirname(HERE))  # libai_ext from this checkout when PYTHONPATH has none
+    from libai_ext.testing.multirank import launch
+
+    start = time.time()
+    result = launch(os.path.abspath(__file__), 2, args=("--ranks", variant, build_dir), timeout=600, check=False,
+                    env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [
+                        os.path.dirname(HERE), HERE, os.environ.get("PYTHONPATH")]))))
+    records = {rank: result.records(rank) for rank in range(2)}
+    print(f"{variant}: 2 ranks, {time.time() - start:.0f} s, exit codes {result.returncodes}", flush=True)
+    outcome = {}
+    for check in CHECKS + ("raw_backward_without_grad_function",):
+        by_rank = [next((r for r in records[rank] if r["check"] == check), None) for rank in range(2)]
+        if all(r is None for r in by_rank):
+            if check in CHECKS or variant == "dispatch":
+                outcome[check] = False
+                print(f"  {check}: NOT REACHED (rank 0 log tail: {result.log(0)[-600:]!r})", flush=True)
+            continue
+        ok = all(r is not None and r["ok"] for r in by_rank)
+        outcome[check] = ok
+        detail = next(r["detail"] for r in by_rank if r is not None)
+        print(f"  {check}: {'works' if ok else 'FAILS'} - {detail}", flush=True)
+    return outcome
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--oneflow-source", help=f"OneFlow's sources (git repository with {ONEFLOW_TAG}, or checkout)")
+    parser.add_argument("--keep", help="build into this folder and keep it")
+    parser.add_argument("--ranks", nargs=2, metavar=("VARIANT", "BUILD_DIR"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.ranks:
+        run_checks(*args.ranks)
+        return
+
+    build_dir = args.keep or tempfile.mkdtemp(prefix="user-op-")
+    os.makedirs(build_dir, exist_ok=True)
+    try:
+        built = build(build_dir, args.oneflow_source)
+        plain_ok, plain_s, plain_cmd, plain_error = built["plain"]
+        print(f"oneflow.sysconfig's flags alone: {'compile' if plain_ok else 'FAIL'} ({plain_s:.0f} s): "
+              f"{plain_error or ''}\n  {' '.join(plain_cmd)}", flush=True)
+        outcomes = {}
+        for variant in VARIANTS:
+            if variant not in built:
+                print(f"{variant}: skipped (no --oneflow-source)", flush=True)
+                continue
+            ok, seconds, command, error = built[variant]
+            print(f"{variant}: build {'ok' if ok else 'FAILED: ' + error} in {seconds:.0f} s\n  {' '.join(command)}",
+                  flush=True)
+            if ok:
+                outcomes[variant] = launch_checks(variant, build_dir)
+        from _common import verdict
+
+        failing = [f"{variant}:{check}" for variant, checks in outcomes.items() for check, ok in checks.items()
+                   if not ok and check in CHECKS]
+        verdict(not plain_ok, "the wheel's sysconfig flags do not compile a user op (" + plain_error.strip()[:120]
+                + ")" + (f"; failing uses after the fixes: {', '.join(failing)}" if failing
+                         else "; with the fixes every use works"))
+    finally:
+        if not args.keep:
+            shutil.rmtree(build_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
