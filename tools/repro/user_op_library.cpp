@@ -14,11 +14,8 @@
 #include <Python.h>
 #endif
 
-#include <cstdio>
-#include <cstdlib>
-#include <sstream>
-
 #include "oneflow/core/framework/framework.h"
+#include "glog_symbols.h"  // tools/fused_op/shims
 
 #ifdef LIBAI_EXT_WITH_OP_EXPR
 #include "oneflow/core/framework/op_builder.h"
@@ -32,45 +29,6 @@
 #ifndef LIBAI_EXT_SCALE_OP
 #define LIBAI_EXT_SCALE_OP "libai_ext_scale"
 #endif
-
-// glog is linked into liboneflow with hidden symbols: the CHECK paths that the wheel's inline headers
-// compile into this library need glog's message classes defined here.  They only run when a check fails.
-namespace google {
-struct LogMessage::LogMessageData {
-  std::ostringstream stream;
-};
-namespace base {
-CheckOpMessageBuilder::CheckOpMessageBuilder(const char* exprtext) : stream_(new std::ostringstream) {
-  *stream_ << exprtext << " (";
-}
-CheckOpMessageBuilder::~CheckOpMessageBuilder() { delete stream_; }
-std::ostream* CheckOpMessageBuilder::ForVar2() {
-  *stream_ << " vs. ";
-  return stream_;
-}
-std::string* CheckOpMessageBuilder::NewString() {
-  *stream_ << ")";
-  return new std::string(stream_->str());
-}
-}  // namespace base
-LogMessage::LogMessage(const char* file, int line) : allocated_(new LogMessageData), data_(allocated_) {
-  data_->stream << file << ":" << line << "] ";
-}
-LogMessage::~LogMessage() {
-  std::fprintf(stderr, "%s\n", data_->stream.str().c_str());
-  delete allocated_;
-}
-std::ostream& LogMessage::stream() { return data_->stream; }
-LogMessageFatal::LogMessageFatal(const char* file, int line) : LogMessage(file, line) {}
-LogMessageFatal::LogMessageFatal(const char* file, int line, const CheckOpString& result)
-    : LogMessage(file, line) {
-  stream() << "Check failed: " << *result.str_ << " ";
-}
-LogMessageFatal::~LogMessageFatal() {
-  std::fprintf(stderr, "%s\n", static_cast<std::ostringstream&>(stream()).str().c_str());
-  std::abort();
-}
-}  // namespace google
 
 namespace oneflow {
 

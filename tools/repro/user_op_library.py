@@ -22,169 +22,50 @@ lr 1) whose parameter's step must be minus the gradient.  Plus the raw dispatch 
 What the wheel's flags lack (each fix measured; the script prints the first error of the plain flags):
 `-I<include>` puts the wheel's copy of CentOS 7 glibc headers (math.h, features.h, ...) before the
 system's (fix: `-idirafter`); `-DWITH_CUDA` wants `cuda_fp16.h` (any CUDA toolkit's include dir);
-`glog/logging.h` lives under `include/glog-build` and includes `glog/log_severity.h`, which the wheel lacks
-(a shim); glog is linked into liboneflow with hidden symbols (the .cpp defines the 8 it needs); the link
+`glog/logging.h` lives under `include/glog-build` and includes `glog/log_severity.h`, which the wheel lacks;
+glog is linked into liboneflow with hidden symbols, so the 8 its inline CHECKs use must be defined (both
+in tools/fused_op/shims, the flags in tools/fused_op/build.py); the link
 flags name only `_oneflow_internal`, whose symbols the library does not use, so `--as-needed` drops it
 and every OneFlow symbol is unresolved at load (fix: `-Wl,--no-as-needed`).
 """
 import argparse
-import json
 import os
-import re
 import shutil
-import subprocess
 import sys
 import sysconfig
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "fused_op"))
+import build as op_build  # noqa: E402  (tools/fused_op/build.py)
+
 SOURCE = os.path.join(HERE, "user_op_library.cpp")
-ONEFLOW_TAG = "v0.9.0"
 VARIANTS = {"dispatch": "libai_ext_scale_dispatch", "op_expr": "libai_ext_scale"}
 MODULE = "libai_ext_user_op"  # the op_expr library's Python module name (PyInit_libai_ext_user_op)
 CHECKS = ("eager_local", "eager_global", "graph_forward", "graph_train")
 
-# Headers the wheel's headers include but do not ship, reduced to the declarations they use.
-SHIMS = {
-    "glog/log_severity.h": """\
-// glog 0.5.0's severities: the wheel's glog/logging.h includes this header but the wheel does not ship it.
-#pragma once
-typedef int LogSeverity;
-const int GLOG_INFO = 0, GLOG_WARNING = 1, GLOG_ERROR = 2, GLOG_FATAL = 3, NUM_SEVERITIES = 4;
-const int INFO = GLOG_INFO, WARNING = GLOG_WARNING, ERROR = GLOG_ERROR, FATAL = GLOG_FATAL;
-#define DFATAL_LEVEL ERROR
-extern const char* const LogSeverityNames[NUM_SEVERITIES];
-enum { DEBUG_MODE = 0 };
-#define IF_DEBUG_MODE(x)
-""",
-    # The wheel's CUDA headers name these libraries' types; the op never calls them.
-    "curand.h": """\
-#pragma once
-typedef enum curandStatus { CURAND_STATUS_SUCCESS = 0 } curandStatus_t;
-typedef struct curandGenerator_st* curandGenerator_t;
-""",
-    "curand_kernel.h": "#pragma once\n#include <curand.h>\ntypedef struct curandStateXORWOW curandState;\n",
-    "nvjpeg.h": "#pragma once\ntypedef enum { NVJPEG_STATUS_SUCCESS = 0 } nvjpegStatus_t;\n",
-}
-INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
-
-
-# ---------------------------------------------------------------- build
-
-
-def wheel_flags():
-    # In a child: importing oneflow here would start its runtime in the driver for nothing.
-    query = ("import oneflow.sysconfig as s, json; "
-             "print(json.dumps([s.get_include(), s.get_compile_flags(), s.get_link_flags(), s.get_lib()]))")
-    out = subprocess.run([sys.executable, "-c", query], capture_output=True, text=True, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
-
-
-def cuda_include():
-    for root in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
-        if root and os.path.exists(os.path.join(root, "include", "cuda_fp16.h")):
-            return os.path.join(root, "include")
-    raise SystemExit("no cuda_fp16.h: set CUDA_HOME to a CUDA toolkit (the wheel's headers are built WITH_CUDA)")
-
-
-class OneFlowSource:
-    """OneFlow's sources at ONEFLOW_TAG: a git repository (read with git show) or a checkout."""
-
-    def __init__(self, path):
-        self.path = path
-        tag = subprocess.run(["git", "-C", path, "rev-parse", "--verify", "-q", ONEFLOW_TAG + "^{commit}"],
-                             capture_output=True, text=True)
-        self.git = tag.returncode == 0
-        if self.git:
-            names = subprocess.run(["git", "-C", path, "ls-tree", "-r", "--name-only", ONEFLOW_TAG, "oneflow/"],
-                                   capture_output=True, text=True, check=True).stdout.split()
-            self.files = set(names)
-        elif not os.path.isdir(os.path.join(path, "oneflow", "core")):
-            raise SystemExit(f"--oneflow-source {path}: neither a git repository with tag {ONEFLOW_TAG} "
-                             "nor a OneFlow checkout (no oneflow/core)")
-
-    def has(self, name):
-        return name in self.files if self.git else os.path.isfile(os.path.join(self.path, name))
-
-    def read(self, name):
-        if self.git:
-            return subprocess.run(["git", "-C", self.path, "show", f"{ONEFLOW_TAG}:{name}"],
-                                  capture_output=True, text=True, check=True).stdout
-        with open(os.path.join(self.path, name)) as f:
-            return f.read()
-
-
-def copy_missing_headers(source, search_dirs, out_dir):
-    """Every header reachable from the op's source that only OneFlow's sources have, written to out_dir."""
-    with open(SOURCE) as f:
-        todo = INCLUDE.findall(f.read())
-    seen, copied = set(), []
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        found = next((os.path.join(d, name) for d in search_dirs if os.path.isfile(os.path.join(d, name))), None)
-        if found:
-            with open(found, errors="replace") as f:
-                text = f.read()
-        elif source.has(name):
-            text = source.read(name)
-            os.makedirs(os.path.dirname(os.path.join(out_dir, name)), exist_ok=True)
-            with open(os.path.join(out_dir, name), "w") as f:
-                f.write(text)
-            copied.append(name)
-        else:  # the compiler's own (or absent and then reported by it)
-            continue
-        todo.extend(INCLUDE.findall(text))
-    return sorted(copied)
-
-
-def compile_library(flags, output, log):
-    command = ["nice", "-n", "19", "g++", *flags[0], SOURCE, "-o", output, *flags[1]]
-    start = time.time()
-    proc = subprocess.run(command, capture_output=True, text=True)
-    with open(log, "w") as f:
-        f.write(" ".join(command) + "\n\n" + proc.stderr)
-    errors = [line for line in proc.stderr.splitlines() if "error" in line]
-    return proc.returncode == 0, time.time() - start, command, errors[0] if errors else ""
-
 
 def build(build_dir, oneflow_source):
-    include, compile_flags, link_flags, lib = wheel_flags()
-    common = ["-std=c++14", "-O2", "-DNDEBUG", "-fPIC", "-shared"]
-    results = {}
-
-    plain = compile_library((common + compile_flags, link_flags), os.path.join(build_dir, "plain.so"),
-                            os.path.join(build_dir, "plain.log"))
-    results["plain"] = plain
-
-    shims = os.path.join(build_dir, "shims")
-    for name, text in SHIMS.items():
-        os.makedirs(os.path.dirname(os.path.join(shims, name)), exist_ok=True)
-        with open(os.path.join(shims, name), "w") as f:
-            f.write(text)
-    fixed_compile = [flag for flag in compile_flags if not flag.startswith("-I")]
-    fixed_compile += ["-idirafter", include, "-idirafter", os.path.join(include, "glog-build"), "-I", shims,
-                      "-I", cuda_include()]
-    fixed_link = ["-Wl,--no-as-needed", *link_flags, f"-Wl,-rpath,{lib}"]
-
-    flags = (common + fixed_compile + [f'-DLIBAI_EXT_SCALE_OP="{VARIANTS["dispatch"]}"'], fixed_link)
-    results["dispatch"] = compile_library(flags, os.path.join(build_dir, "dispatch.so"),
-                                          os.path.join(build_dir, "dispatch.log"))
+    wheel = op_build.wheel_flags()
+    _, compile_flags, link_flags, _ = wheel
+    plain = op_build.compile_library(SOURCE, compile_flags, link_flags, os.path.join(build_dir, "plain.so"),
+                                     os.path.join(build_dir, "plain.log"))
+    results = {"plain": plain}
+    fixed_compile, fixed_link = op_build.repaired_flags(wheel)
+    results["dispatch"] = op_build.compile_library(
+        SOURCE, fixed_compile + [f'-DLIBAI_EXT_SCALE_OP="{VARIANTS["dispatch"]}"'], fixed_link,
+        os.path.join(build_dir, "dispatch.so"), os.path.join(build_dir, "dispatch.log"))
     if oneflow_source:
-        from_source = os.path.join(build_dir, "oneflow-" + ONEFLOW_TAG)
-        cublas = os.path.join(lib, "..", "nvidia", "cublas", "include")  # the nvidia-cublas-cu11 wheel's
-        search = [shims, include, os.path.join(include, "glog-build"), cublas]
-        copied = copy_missing_headers(OneFlowSource(oneflow_source), search, from_source)
-        print(f"op_expr: {len(copied)} headers taken from OneFlow {ONEFLOW_TAG}'s sources "
+        from_source = os.path.join(build_dir, "oneflow-" + op_build.ONEFLOW_TAG)
+        copied = op_build.source_headers([SOURCE], oneflow_source, wheel, from_source)
+        print(f"op_expr: {len(copied)} headers taken from OneFlow {op_build.ONEFLOW_TAG}'s sources "
               f"(not in the wheel): {' '.join(copied)}", flush=True)
-        flags = (common + fixed_compile + ["-I", from_source, "-I", cublas, "-I", sysconfig.get_paths()["include"],
-                                           "-DLIBAI_EXT_WITH_OP_EXPR", f'-DLIBAI_EXT_SCALE_OP="{VARIANTS["op_expr"]}"'],
-                 fixed_link)
         module = os.path.join(build_dir, MODULE + sysconfig.get_config_var("EXT_SUFFIX"))
-        results["op_expr"] = compile_library(flags, module, os.path.join(build_dir, "op_expr.log"))
+        results["op_expr"] = op_build.compile_library(
+            SOURCE, fixed_compile + ["-I", from_source, "-DLIBAI_EXT_WITH_OP_EXPR",
+                                     f'-DLIBAI_EXT_SCALE_OP="{VARIANTS["op_expr"]}"'],
+            fixed_link, module, os.path.join(build_dir, "op_expr.log"))
     return results
 
 
@@ -336,7 +217,8 @@ def launch_checks(variant, build_dir):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--oneflow-source", help=f"OneFlow's sources (git repository with {ONEFLOW_TAG}, or checkout)")
+    parser.add_argument("--oneflow-source",
+                        help=f"OneFlow's sources (git repository with {op_build.ONEFLOW_TAG}, or checkout)")
     parser.add_argument("--keep", help="build into this folder and keep it")
     parser.add_argument("--ranks", nargs=2, metavar=("VARIANT", "BUILD_DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
