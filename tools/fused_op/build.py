@@ -42,7 +42,7 @@ def repaired_flags(wheel):
     """``(compile flags, link flags)``: the wheel's, repaired (see the module's docstring)."""
     include, compile_flags, link_flags, lib = wheel
     compile_flags = [flag for flag in compile_flags if not flag.startswith("-I")]
-    compile_flags += ["-idirafter", include, "-idirafter", os.path.join(include, "glog-build"), "-I", SHIMS,
+    compile_flags += ["-idirafter", include, "-idirafter", os.path.join(include, "glog-build"), "-I", SHIMS, "-I", HERE,
                       "-I", os.path.join(cuda_home(), "include"),
                       "-I", os.path.join(lib, "..", "nvidia", "cublas", "include"),  # the nvidia-cublas-cu11 wheel's
                       "-I", sysconfig.get_paths()["include"]]
@@ -80,7 +80,7 @@ def source_headers(sources, oneflow_source, wheel, out_dir):
     """Copy into ``out_dir`` every header reachable from ``sources`` that only OneFlow's sources have;
     return their names.  (Includes under any #if are followed: a superset, harmless.)"""
     include = wheel[0]
-    search = [SHIMS, include, os.path.join(include, "glog-build"), os.path.dirname(os.path.abspath(sources[0]))]
+    search = [SHIMS, HERE, include, os.path.join(include, "glog-build"), os.path.dirname(os.path.abspath(sources[0]))]
     tree = OneFlowSource(oneflow_source)
     todo = []
     for path in sources:

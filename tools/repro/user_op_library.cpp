@@ -15,6 +15,7 @@
 #endif
 
 #include "oneflow/core/framework/framework.h"
+#include "elementwise_op.h"  // tools/fused_op
 #include "glog_symbols.h"  // tools/fused_op/shims
 
 #ifdef LIBAI_EXT_WITH_OP_EXPR
@@ -24,6 +25,7 @@
 #include "oneflow/core/framework/op_interpreter/op_interpreter_util.h"
 #include "oneflow/core/framework/tensor.h"
 #include "oneflow/core/framework/tensor_tuple.h"
+#include "py_tensor.h"  // tools/fused_op/shims
 #endif
 
 #ifndef LIBAI_EXT_SCALE_OP
@@ -36,34 +38,13 @@ namespace {
 
 constexpr const char* kOp = LIBAI_EXT_SCALE_OP;
 
-Maybe<void> InferScaleTensorDesc(user_op::InferContext* ctx) {
-  ctx->SetOutputShape("y", 0, ctx->InputShape("x", 0));
-  ctx->SetOutputIsDynamic("y", 0, ctx->InputIsDynamic("x", 0));
-  return Maybe<void>::Ok();
-}
-
-Maybe<void> InferScaleDataType(user_op::InferContext* ctx) {
-  ctx->SetOutputDType("y", 0, ctx->InputDType("x", 0));
-  return Maybe<void>::Ok();
-}
-
-// Elementwise and linear: any split, broadcast, and partial sum pass through unchanged.
-Maybe<void> GetScaleSbp(user_op::SbpContext* ctx) {
-  const user_op::TensorDesc& x = ctx->LogicalTensorDesc4InputArgNameAndIndex("x", 0);
-  for (int64_t axis = 0; axis < x.shape().NumAxes(); ++axis) {
-    ctx->NewBuilder().Split(user_op::OpArg("x", 0), axis).Split(user_op::OpArg("y", 0), axis).Build();
-  }
-  ctx->NewBuilder().PartialSum(user_op::OpArg("x", 0)).PartialSum(user_op::OpArg("y", 0)).Build();
-  return Maybe<void>::Ok();
-}
-
 REGISTER_USER_OP(kOp)
     .Input("x")
     .Output("y")
     .Attr<std::string>("name", "")
-    .SetTensorDescInferFn(InferScaleTensorDesc)
-    .SetDataTypeInferFn(InferScaleDataType)
-    .SetGetSbpFn(GetScaleSbp);
+    .SetTensorDescInferFn(libai_ext::InferSameTensorDesc)
+    .SetDataTypeInferFn(libai_ext::InferSameDataType)
+    .SetGetSbpFn(libai_ext::GetLinearElementwiseSbp);
 
 template<typename T>
 class ScaleCpuKernel final : public user_op::OpKernel {
@@ -92,14 +73,6 @@ REGISTER_SCALE_CPU_KERNEL(double)
 #ifdef LIBAI_EXT_WITH_OP_EXPR
 
 namespace one {
-// The layout of a Python oneflow.Tensor and its constructor, exported by _oneflow_internal (0.9.0's
-// oneflow/api/python/framework/tensor.h is in neither the wheel nor the headers taken from the sources).
-typedef struct {
-  PyObject_HEAD;
-  std::shared_ptr<Tensor> data;
-} PyTensorObject;
-extern PyTypeObject* PyTensorObject_Type;
-PyObject* PyTensor_New(const std::shared_ptr<Tensor>& data);
 
 namespace {
 

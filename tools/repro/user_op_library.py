@@ -37,7 +37,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "fused_op"))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "tools", "fused_op"))
 import build as op_build  # noqa: E402  (tools/fused_op/build.py)
 
 SOURCE = os.path.join(HERE, "user_op_library.cpp")
@@ -101,6 +102,7 @@ def scale_function(variant, build_dir):
 def run_checks(variant, build_dir):
     import numpy as np
     import oneflow as flow
+    import op_checks
 
     from _common import message
     from libai_ext.testing.multirank import write_rank_result
@@ -141,38 +143,11 @@ def run_checks(variant, build_dir):
         return ok, f"y.sbp {y.sbp}, this rank's rows {local.shape[0]}"
 
     def graph_forward():
-        class Forward(flow.nn.Graph):
-            def build(self, x):
-                return scale(x)
-
-        y = Forward()(global_x())
+        y = op_checks.graph_forward(scale, global_x())
         return np.array_equal(y.to_global(sbp=flow.sbp.broadcast).to_local().numpy(), 2 * data), f"y.sbp {y.sbp}"
 
     def graph_train():
-        class Model(flow.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.w = flow.nn.Parameter(flow.ones(3, placement=placement, sbp=flow.sbp.broadcast))
-
-            def forward(self, x):
-                return scale(x * self.w).sum()
-
-        model = Model()
-        optimizer = flow.optim.SGD(model.parameters(), lr=1.0)
-
-        class Train(flow.nn.Graph):
-            def __init__(self):
-                super().__init__()
-                self.model = model
-                self.add_optimizer(optimizer)
-
-            def build(self, x):
-                loss = self.model(x)
-                loss.backward()
-                return loss
-
-        Train()(global_x())
-        w = model.w.to_global(sbp=flow.sbp.broadcast).to_local().numpy()
+        w = op_checks.train_step(scale, global_x())
         expected = 1 - 2 * data.sum(0)
         return np.allclose(w, expected), f"w after one step {w.tolist()} (expected {expected.tolist()})"
 
@@ -191,13 +166,13 @@ def run_checks(variant, build_dir):
 
 
 def launch_checks(variant, build_dir):
-    sys.path.insert(0, os.path.dirname(HERE))  # libai_ext from this checkout when PYTHONPATH has none
+    sys.path.insert(0, REPO)  # libai_ext from this checkout when PYTHONPATH has none
     from libai_ext.testing.multirank import launch
 
     start = time.time()
     result = launch(os.path.abspath(__file__), 2, args=("--ranks", variant, build_dir), timeout=600, check=False,
                     env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [
-                        os.path.dirname(HERE), HERE, os.environ.get("PYTHONPATH")]))))
+                        REPO, HERE, os.environ.get("PYTHONPATH")]))))
     records = {rank: result.records(rank) for rank in range(2)}
     print(f"{variant}: 2 ranks, {time.time() - start:.0f} s, exit codes {result.returncodes}", flush=True)
     outcome = {}
@@ -247,9 +222,10 @@ def main():
 
         failing = [f"{variant}:{check}" for variant, checks in outcomes.items() for check, ok in checks.items()
                    if not ok and check in CHECKS]
-        verdict(not plain_ok, "the wheel's sysconfig flags do not compile a user op (" + plain_error.strip()[:120]
-                + ")" + (f"; failing uses after the fixes: {', '.join(failing)}" if failing
-                         else "; with the fixes every use works"))
+        first_error = plain_error.split("error: ", 1)[-1].strip()[:120]
+        verdict(not plain_ok, f"the wheel's sysconfig flags do not compile a user op ({first_error})"
+                + (f"; failing uses after the fixes: {', '.join(failing)}" if failing
+                   else "; with the fixes every use works"))
     finally:
         if not args.keep:
             shutil.rmtree(build_dir, ignore_errors=True)

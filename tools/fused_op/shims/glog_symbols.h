@@ -1,5 +1,6 @@
 // glog is linked into liboneflow with hidden symbols: the CHECK paths that the wheel's inline headers compile
-// into an op library need glog's message classes defined in it.  They only run when a check fails.
+// into an op library need glog's message classes defined in it: the ones their CHECKs and LOGs call, printing
+// to stderr (a failed CHECK then aborts).
 // Include once per library, after oneflow/core/framework/framework.h.
 #pragma once
 #include <cstdio>
@@ -27,6 +28,7 @@ std::string* CheckOpMessageBuilder::NewString() {
 LogMessage::LogMessage(const char* file, int line) : allocated_(new LogMessageData), data_(allocated_) {
   data_->stream << file << ":" << line << "] ";
 }
+LogMessage::LogMessage(const char* file, int line, LogSeverity) : LogMessage(file, line) {}
 LogMessage::~LogMessage() {
   std::fprintf(stderr, "%s\n", data_->stream.str().c_str());
   delete allocated_;
