@@ -115,7 +115,7 @@ MaskKeys ReadKeys(user_op::KernelComputeContext* ctx) {
   return keys;
 }
 
-// Element `position` (C order) of the slice: whether the mask keeps it.  Shared by both kernels.
+// Element `position` (C order) of the slice: whether the mask keeps it (the CUDA kernel's per-thread view).
 OF_DEVICE_FUNC bool KeepAt(const MaskSlice& slice, const MaskKeys& keys, int64_t position) {
   const int last = slice.ndim - 1;
   const int64_t column = slice.begin[last] + position % slice.local[last];
@@ -200,10 +200,38 @@ REGISTER_USER_OP(kOp)
     .SetDataTypeInferFn(libai_ext::InferSameDataType)
     .SetGetSbpFn(libai_ext::GetLinearElementwiseSbp);
 
+// Row by row: a row's global index once, and where the slice holds whole rows each word hashed once for the
+// two elements that read it (as _counter_kernel.c's keep_mask does).
 template<typename T>
 struct MaskApplier<DeviceType::kCPU, T> {
   static void Apply(ep::Stream*, const MaskSlice& slice, const MaskKeys& keys, T scale, const T* x, T* y) {
-    for (int64_t i = 0; i < slice.elements; ++i) { y[i] = x[i] * (KeepAt(slice, keys, i) ? scale : static_cast<T>(0)); }
+    const int last = slice.ndim - 1;
+    const int64_t width = slice.local[last];
+    const int64_t words = (slice.columns + 1) / 2;
+    const bool whole_rows = width == slice.columns;
+    for (int64_t position = 0; position < slice.elements; position += width) {
+      int64_t rest = position / width, row = 0;
+      for (int d = last - 1; d >= 0; --d) {
+        row += (slice.begin[d] + rest % slice.local[d]) * slice.rows[d];
+        rest /= slice.local[d];
+      }
+      const T* in = x + position;
+      T* out = y + position;
+      if (whole_rows) {
+        for (int64_t k = 0; k < words; ++k) {
+          const uint32_t word = counter_mask_permute(static_cast<uint64_t>(row * words + k), keys.words);
+          out[k] = in[k] * (counter_keep_half(word, 0, keys.level) ? scale : static_cast<T>(0));
+          if (k + words < width) {
+            out[k + words] = in[k + words] * (counter_keep_half(word, 1, keys.level) ? scale : static_cast<T>(0));
+          }
+        }
+      } else {
+        for (int64_t i = 0; i < width; ++i) {
+          const bool keep = counter_keep(row, slice.begin[last] + i, slice.columns, keys.words, keys.level);
+          out[i] = in[i] * (keep ? scale : static_cast<T>(0));
+        }
+      }
+    }
   }
 };
 
