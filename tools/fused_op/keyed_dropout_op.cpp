@@ -12,7 +12,7 @@
 //
 // One file, two translation units linked into one library: g++ compiles the op, its CPU kernel, the gradient
 // function and the Python entry `keyed_dropout(x, keys, level, scale)`; nvcc compiles the CUDA kernel
-// (__CUDACC__).  Both share the slice geometry and KeepAt (tools/fused_op/check_keyed_dropout.py).
+// (__CUDACC__).  Both share the slice geometry and counter_hash.h (tools/fused_op/check_keyed_dropout.py).
 #include "oneflow/core/framework/framework.h"
 #include "oneflow/core/job/nd_sbp_util.h"
 #include "elementwise_op.h"  // tools/fused_op
@@ -115,19 +115,6 @@ MaskKeys ReadKeys(user_op::KernelComputeContext* ctx) {
   return keys;
 }
 
-// Element `position` (C order) of the slice: whether the mask keeps it (the CUDA kernel's per-thread view).
-OF_DEVICE_FUNC bool KeepAt(const MaskSlice& slice, const MaskKeys& keys, int64_t position) {
-  const int last = slice.ndim - 1;
-  const int64_t column = slice.begin[last] + position % slice.local[last];
-  int64_t rest = position / slice.local[last];
-  int64_t row = 0;
-  for (int d = last - 1; d >= 0; --d) {
-    row += (slice.begin[d] + rest % slice.local[d]) * slice.rows[d];
-    rest /= slice.local[d];
-  }
-  return counter_keep(row, column, slice.columns, keys.words, keys.level);
-}
-
 // How a device applies the mask to a slice; specialised in each translation unit.
 template<DeviceType device, typename T>
 struct MaskApplier;
@@ -157,6 +144,19 @@ class KeyedDropoutKernel final : public user_op::OpKernel {
       && (user_op::HobDataType("y", 0) == GetDataType<dtype>::value));
 
 #ifdef __CUDACC__
+// Element `position` (C order) of the slice: whether the mask keeps it (one thread's element).
+OF_DEVICE_FUNC bool KeepAt(const MaskSlice& slice, const MaskKeys& keys, int64_t position) {
+  const int last = slice.ndim - 1;
+  const int64_t column = slice.begin[last] + position % slice.local[last];
+  int64_t rest = position / slice.local[last];
+  int64_t row = 0;
+  for (int d = last - 1; d >= 0; --d) {
+    row += (slice.begin[d] + rest % slice.local[d]) * slice.rows[d];
+    rest /= slice.local[d];
+  }
+  return counter_keep(row, column, slice.columns, keys.words, keys.level);
+}
+
 template<typename T>
 __global__ void KeyedDropoutGpu(MaskSlice slice, MaskKeys keys, T scale, const T* x, T* y) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < slice.elements;

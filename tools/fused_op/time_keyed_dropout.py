@@ -1,13 +1,14 @@
 """Eager CPU forward cost of the keyed-dropout op sketch beside libai_ext's current mask paths and OneFlow's dropout.
 
     python tools/fused_op/check_keyed_dropout.py --oneflow-source DIR --keep BUILD_DIR   # builds the op
-    OMP_NUM_THREADS=1 PYTHONPATH=$PWD python tools/fused_op/time_keyed_dropout.py BUILD_DIR [--rows 1024]
+    OMP_NUM_THREADS=1 PYTHONPATH=$PWD python tools/fused_op/time_keyed_dropout.py BUILD_DIR
 
-One process, a float32 (rows, 1024) local tensor, rate 0.1; the paths take turns (so that other jobs'
-load falls on all of them), 3 warm-up rounds then 25; each call synchronised by reading one element back;
-the fastest call of each path (the least disturbed on a shared machine) and the median.  Paths: the fused op; `local_keep_mask` (the host loop of
-_counter_kernel.c, eager CPU ranks' path) then `apply_keep`; `keep_mask` (int32 ops, the path of graphs
-and GPUs) then `apply_keep`; `flow.nn.functional.dropout`.
+One process, a float32 (rows, 1024) local tensor (`--rows`, default 1024), rate 0.1; the paths take turns
+(other jobs' load then falls on all of them), 3 warm-up rounds then 25, each call synchronised by reading
+one element back; printed: each path's fastest call (the least disturbed on a shared machine) and median.
+Paths: the fused op; `local_keep_mask` (the host loop of _counter_kernel.c, eager CPU ranks' path) then
+`apply_keep`; `keep_mask` (int32 ops, the path of graphs and GPUs) then `apply_keep`;
+`flow.nn.functional.dropout`.
 """
 import argparse
 import sys
