@@ -38,7 +38,7 @@ def build(build_dir, oneflow_source, cuda):
     from_source = os.path.join(build_dir, "oneflow-" + op_build.ONEFLOW_TAG)
     copied = op_build.source_headers([SOURCE], oneflow_source, wheel, from_source)
     print(f"{len(copied)} headers taken from OneFlow {op_build.ONEFLOW_TAG}'s sources", flush=True)
-    compile_flags += ["-I", from_source, "-I", os.path.join(REPO, "libai_ext", "random")]
+    compile_flags += ["-I", from_source]
     module = os.path.join(build_dir, MODULE + sysconfig.get_config_var("EXT_SUFFIX"))
     results = {"g++": op_build.compile_library(SOURCE, compile_flags, link_flags, module,
                                                os.path.join(build_dir, "gxx.log"))}

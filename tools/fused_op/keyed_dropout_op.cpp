@@ -1,5 +1,5 @@
 // Sketch of issue 43's fused op: libai_ext_keyed_dropout, dropout whose keep decision is counter_spec's
-// keyed hash of each element's global position (libai_ext/random/counter_hash.h), applied in the same pass.
+// keyed hash of each element's global position (tools/fused_op/counter_hash.h), applied in the same pass.
 //
 //   y = x * scale where kept, x * 0 where dropped (libai_ext.random.layers.stochastic.apply_keep)
 //   dx = the same op on dy with the same attributes: the mask is recomputed, never stored.
@@ -32,7 +32,7 @@
 #include "py_tensor.h"  // tools/fused_op/shims
 #endif
 
-#include "counter_hash.h"  // libai_ext/random
+#include "counter_hash.h"  // tools/fused_op
 
 namespace oneflow {
 
