@@ -1,4 +1,4 @@
-"""LiBai main's projects (MoCo v3, MAE, SimCSE) as shipped, for the tests: their folders taken from an archive of
+"""LiBai main's projects (MoCo v3, MAE, SimCSE, Llama) as shipped, for the tests: their folders taken from an archive of
 LiBai main at the pinned commit, the user's adoption of the plugin written into a copy of each script, the data
 they read, and the command-line overrides that size them for CPU ranks.
 
@@ -20,6 +20,11 @@ imports LiBai's ``configs.common``).  Its folder here is such a checkout: LiBai 
 Its data (Chinese SNLI and STS, BERT's Chinese vocabulary) are downloads: ``write_simcse_data`` writes the same
 files in the same formats from real English sentences and the WordPiece vocabulary of ``libai_ext.data.text_data``.
 
+Llama's SFT runs from a LiBai checkout too (its modules import ``projects.Llama`` and ``libai.inference``, which
+pip's install of LiBai main lacks): ``make_libai_checkout``; its data (a Llama-2 checkpoint and the Alpaca set) are
+downloads: ``write_llama_data`` writes a small HuggingFace-format Llama, a SentencePiece tokenizer and Alpaca-format
+samples from the same English text.
+
 The projects import torch at module level for their PyTorch checkpoint converters, which these runs never call;
 ``tests/project_stubs/torch`` stands in for that import (any use of it raises).
 """
@@ -30,7 +35,7 @@ import tarfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCH_STAND_IN = os.path.join(ROOT, "tests", "project_stubs")
-PROJECTS = ("MOCOV3", "MAE", "SimCSE")
+PROJECTS = ("MOCOV3", "MAE", "SimCSE", "Llama")
 
 # project: (its script, the adoption's edits of that script, the stock repairs: {file: edits})
 IMPORT = ("from libai.utils.checkpoint import Checkpointer\n",
@@ -47,6 +52,7 @@ LIBAI_SEEDING = ("    seed_for_rank = cfg.train.seed + flow.env.get_rank()\n"
                  "        flow.cuda.manual_seed(seed_for_rank)\n"
                  "    np.random.seed(seed_for_rank)\n"
                  "    random.seed(seed_for_rank)\n")
+LLAMA_SCRIPT = "projects/Llama/train_net.py"
 SCRIPTS = {
     "MOCOV3": ("pretrain_net.py", [
         IMPORT,
@@ -66,6 +72,12 @@ SCRIPTS = {
         APPLY_PATCHES,
         (LIBAI_SEEDING, "    libai_ext.seed_from_config(cfg)\n"),
     ]),
+    "Llama": (LLAMA_SCRIPT, [
+        IMPORT,
+        ("class LlamaTrainer(DefaultTrainer):", "class LlamaTrainer(libai_ext.ConsistentBatchTrainer):"),
+        APPLY_PATCHES,
+        (MAE_SEEDING, "    libai_ext.seed_from_config(cfg)\n"),  # Llama's seeding block is MAE's, line for line
+    ]),
 }
 STOCK_REPAIRS = {
     "MOCOV3": {"pretrain_net.py": [IMPORT, APPLY_PATCHES], "trainer/moco_trainer.py": [
@@ -76,6 +88,7 @@ STOCK_REPAIRS = {
     ]},
     "MAE": {"train_net.py": [IMPORT, APPLY_PATCHES, ("    flow.cuda.manual_seed(seed_for_rank)\n", "")]},
     "SimCSE": {"tools/train_net.py": [IMPORT, APPLY_PATCHES]},
+    "Llama": {LLAMA_SCRIPT: [IMPORT, APPLY_PATCHES, ("    flow.cuda.manual_seed(seed_for_rank)\n", "")]},
 }
 ADOPTED_SUFFIX = "_libai_ext.py"
 
@@ -102,7 +115,7 @@ def extract_projects(dest):
     from conftest import copy_from_libai_source
 
     folders = {project: os.path.join(dest, project) for project in PROJECTS}
-    checkout = {"SimCSE": os.path.join("SimCSE", "projects", "SimCSE")}
+    checkout = {project: os.path.join(project, "projects", project) for project in ("SimCSE", "Llama")}
     with tarfile.open(projects_archive()) as archive:
         for member in archive.getmembers():
             parts = member.name.split("/")
@@ -110,6 +123,7 @@ def extract_projects(dest):
                 member.name = os.path.join(checkout.get(parts[2], parts[2]), *parts[3:])
                 archive.extract(member, dest)
     copy_from_libai_source(folders["SimCSE"], lambda parts: parts[0] == "configs" or parts == ["tools", "train_net.py"])
+    make_libai_checkout(folders["Llama"])
     for project in PROJECTS:
         assert os.path.isfile(os.path.join(folders[project], SCRIPTS[project][0])), (project, dest)
     return folders
@@ -165,6 +179,144 @@ def write_simcse_data(text_root, dest, sentences=200, pairs=20):
     return dest
 
 
+def make_libai_checkout(folder):
+    """Make ``folder`` (holding ``projects/Llama``) a LiBai main checkout as ``pip install -e .`` leaves one: LiBai
+    main's ``libai/`` (with ``libai/inference``, which pip's install from the archive lacks) and ``configs/`` from its
+    source, plus what setup.py makes there: ``libai/config/configs`` (a link to ``configs/``, which LiBai's
+    ``get_config`` reads), ``libai/version.py`` and the compiled dataset helpers, copied from the installed LiBai.  Not the helpers' Makefile: LiBai's start-up would run it, and its ``python3`` is whatever the
+    host's PATH names (libai_ext's ``compile_step`` repair skips the step where no Makefile is, as after pip's
+    install).  Every run of a launch that holds a Llama run imports LiBai from here (``libai_checkout``)."""
+    import glob
+
+    import libai
+
+    from conftest import copy_from_libai_source
+
+    copy_from_libai_source(folder, lambda parts: parts[0] in ("libai", "configs") and parts[-1] != "Makefile")
+    installed = os.path.dirname(libai.__file__)
+    built = [os.path.join(installed, "version.py")] + glob.glob(os.path.join(installed, "data", "data_utils", "helpers*"))
+    for path in built:
+        if not path.endswith(".cpp"):
+            shutil.copy(path, os.path.join(folder, "libai", os.path.relpath(os.path.dirname(path), installed)))
+    os.symlink(os.path.join("..", "..", "configs"), os.path.join(folder, "libai", "config", "configs"))
+    return folder
+
+
+def libai_checkout(plan):
+    """The LiBai checkout a launch of ``plan`` imports LiBai from (the first run folder holding ``libai/``: Llama's
+    or its stock copy), or None."""
+    return next((entry["folder"] for entry in plan if os.path.isdir(os.path.join(entry["folder"], "libai"))), None)
+
+
+# The HuggingFace Llama checkpoint Llama's loader reads (config.json's keys; the loader overwrites model.cfg from it)
+LLAMA = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128, vocab_size=128,
+             max_position_embeddings=64, rms_norm_eps=1e-5, initializer_range=0.02)
+LLAMA_SEQUENCE = 64
+LLAMA_GLOBAL_BATCH = 16
+LLAMA_ACCUMULATION = 8  # llama_sft.py's
+
+
+def write_llama_tokenizer(text_root, dest):
+    """A SentencePiece BPE model of ``LLAMA["vocab_size"]`` pieces (Llama's ids: <unk> 0, <s> 1, </s> 2) trained on
+    the real English sentences of ``libai_ext.data.text_data`` at ``text_root``: ``dest``/tokenizer.model."""
+    import sentencepiece as spm
+
+    from libai_ext.data.text_data import FILES
+
+    with open(os.path.join(text_root, FILES["sentences"])) as f:
+        sentences = [json.loads(line)["text"] for line in f]
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(sentences), model_prefix=os.path.join(dest, "tokenizer"),
+                                   vocab_size=LLAMA["vocab_size"], model_type="bpe", character_coverage=1.0,
+                                   num_threads=1, minloglevel=2)
+    return sentences, spm.SentencePieceProcessor(model_file=os.path.join(dest, "tokenizer.model"))
+
+
+def write_llama_checkpoint(dest, seed=0):
+    """A HuggingFace-format Llama in ``dest``: ``config.json`` and ``model.safetensors`` (HF's key names), weights
+    drawn from a fixed numpy seed with 10 times config.json's ``initializer_range`` (norm weights around 1): loaded,
+    they give a first loss of about 6.4, where weights drawn by LiBai's own initialisation give about ln(128) = 4.85
+    (tests/test_libai_projects.py checks it)."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    rng = np.random.RandomState(seed)
+    hidden, inner, vocab = LLAMA["hidden_size"], LLAMA["intermediate_size"], LLAMA["vocab_size"]
+
+    def normal(*shape, mean=0.0, std=10 * LLAMA["initializer_range"]):
+        return (mean + std * rng.standard_normal(shape)).astype(np.float32)
+
+    weights = {"model.embed_tokens.weight": normal(vocab, hidden)}
+    for n in range(LLAMA["num_hidden_layers"]):
+        layer = f"model.layers.{n}."
+        weights.update({layer + f"self_attn.{p}_proj.weight": normal(hidden, hidden) for p in "qkvo"})
+        weights.update({layer + "mlp.gate_proj.weight": normal(inner, hidden), layer + "mlp.up_proj.weight":
+                        normal(inner, hidden), layer + "mlp.down_proj.weight": normal(hidden, inner)})
+        weights.update({layer + f"{norm}.weight": normal(hidden, mean=1.0, std=0.1)
+                        for norm in ("input_layernorm", "post_attention_layernorm")})
+    weights.update({"model.norm.weight": normal(hidden, mean=1.0, std=0.1), "lm_head.weight": normal(vocab, hidden)})
+    save_file(weights, os.path.join(dest, "model.safetensors"))
+    with open(os.path.join(dest, "config.json"), "w") as f:
+        json.dump(dict(LLAMA, architectures=["LlamaForCausalLM"], model_type="llama", hidden_act="silu",
+                       bos_token_id=1, eos_token_id=2, tie_word_embeddings=False), f, indent=1)
+    return dest
+
+
+def alpaca_sample(tokens, prompt, response):
+    """One sample as Llama's ``utils/prepare_alpaca.py`` (``prepare_sample``, ``mask_inputs`` as shipped) encodes it,
+    from token ids: ``<s>`` prompt response ``</s>``, cut or padded to ``LLAMA_SEQUENCE + 1`` tokens, labels -1 on
+    the prompt and the padding, inputs 0 on the padding, then shifted by one."""
+    import oneflow as flow
+
+    example = ([tokens.bos_id()] + prompt + response + [tokens.eos_id()])[:LLAMA_SEQUENCE + 1]
+    example += [-1] * (LLAMA_SEQUENCE + 1 - len(example))
+    labels = ([-1] * (1 + len(prompt)) + example[1 + len(prompt):])[:LLAMA_SEQUENCE + 1]
+    inputs = [max(token, 0) for token in example]
+    return {"input_ids": flow.tensor(inputs[:-1], dtype=flow.long), "labels": flow.tensor(labels[1:], dtype=flow.long)}
+
+
+def write_llama_data(text_root, dest, train=200, test=16):
+    """Llama's SFT inputs under ``dest``: ``checkpoint/`` (``write_llama_checkpoint`` and
+    ``write_llama_tokenizer``'s ``tokenizer.model``) and ``alpaca_data/{train,test}`` as ``AlpacaDataset`` reads them
+    (``flow.save`` of a list of ``alpaca_sample``s).  Instruction and response are the first 2-5 and 2-12 words of
+    consecutive real sentences, prompts shorter than 32 tokens, without
+    prepare_alpaca.py's prompt template, which alone takes more than 64 tokens of
+    a 128-piece vocabulary: samples hold different numbers of masked and padding tokens, as Alpaca's do."""
+    import oneflow as flow
+
+    checkpoint = os.path.join(dest, "checkpoint")
+    os.makedirs(checkpoint, exist_ok=True)
+    sentences, tokens = write_llama_tokenizer(text_root, checkpoint)
+    write_llama_checkpoint(checkpoint)
+    words = [sentence.split() for sentence in sentences]
+    pairs = [(tokens.encode(" ".join(words[2 * n][:2 + n % 4])), tokens.encode(" ".join(words[2 * n + 1][:2 + 3 * n % 11])))
+             for n in range(len(words) // 2)]
+    pairs = [(prompt, response) for prompt, response in pairs if len(prompt) < LLAMA_SEQUENCE // 2][:train + test]
+    samples = [alpaca_sample(tokens, prompt, response) for prompt, response in pairs]
+    os.makedirs(os.path.join(dest, "alpaca_data"), exist_ok=True)
+    flow.save(samples[:train], os.path.join(dest, "alpaca_data", "train"))
+    flow.save(samples[train:], os.path.join(dest, "alpaca_data", "test"))
+    return dest
+
+
+def llama_overrides(data, iters, dp=1, tp=1, pp=1, graph=None, accumulation=None):
+    """Llama's SFT sized for CPU ranks on ``write_llama_data``'s folder: the model's sizes come from the checkpoint's
+    config.json (``LLAMA``), global batch 16 in ``accumulation`` micro-batches (8, as llama_sft.py ships; graph
+    runs take 1, as MAE's do), activation checkpointing as shipped, ``iters`` optimizer steps."""
+    if accumulation is None:
+        accumulation = 1 if graph else LLAMA_ACCUMULATION
+    checkpoint = os.path.join(data, "checkpoint")
+    tokenizer = os.path.join(checkpoint, "tokenizer.model")
+    sizes = run_sizes(dp, tp, pp, LLAMA["num_hidden_layers"], LLAMA_GLOBAL_BATCH, accumulation, iters)
+    inputs = [f"model.cfg.pretrained_model_path={checkpoint}", f"tokenization.tokenizer.pretrained_model_path={tokenizer}",
+              f"dataloader.train.dataset.0.path={os.path.join(data, 'alpaca_data', 'train')}",
+              f"dataloader.train.dataset.0.tokenizer.pretrained_model_path={tokenizer}",
+              f"dataloader.test.0.dataset.path={os.path.join(data, 'alpaca_data', 'test')}", "dataloader.test.0.num_workers=0",
+              f"dataloader.test.0.dataset.tokenizer.pretrained_model_path={tokenizer}"]
+    if graph is not None:
+        inputs.append(f"graph.enabled={graph}")
+    return CPU + sizes + inputs
+
+
 CPU = ["train.dist.device_type=cpu", "train.input_placement_device=cpu", "train.rdma_enabled=False",
        "train.amp.enabled=False"]
 VIT = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2)
@@ -172,20 +324,28 @@ BERT = dict(hidden_size=64, num_attention_heads=4, hidden_layers=2, intermediate
 GLOBAL_BATCH = 8
 
 
-def overrides(project, data, iters, dp=1, tp=1, pp=1, graph=None):
+def run_sizes(dp, tp, pp, layers, global_batch, accumulation, iters):
+    """The layout, batch and length of a run: ``iters`` steps of ``global_batch`` samples in ``accumulation``
+    micro-batches, every iteration logged, no checkpoint, evaluation or loader worker."""
+    return [f"train.dist.data_parallel_size={dp}", f"train.dist.tensor_parallel_size={tp}",
+            f"train.dist.pipeline_parallel_size={pp}", f"train.dist.pipeline_num_layers={layers}",
+            f"train.train_micro_batch_size={global_batch // dp // accumulation}",
+            f"train.num_accumulation_steps={accumulation}",
+            f"train.train_iter={iters}", "train.train_epoch=0", "train.log_period=1", "train.seed=1234",
+            "train.checkpointer.period=100000", "dataloader.train.num_workers=0", "train.evaluation.enabled=False"]
+
+
+def overrides(project, data, iters, dp=1, tp=1, pp=1, graph=None, accumulation=None):
     """The CPU-sized run of ``project`` on ``data`` (MoCo and MAE: the digits in ImageNet's layout at 32 x 32 and a
     ViT of depth 2 and width 32; SimCSE: ``write_simcse_data``'s folder and a BERT of depth 2 and width 64),
     global batch 8 (MAE: 2 micro-batches a step, as its config accumulates; in graph mode 1, since OneFlow 0.9.0's
     CPU graphs with gradient accumulation now and then compute a wrong gradient, docs/upstream-bugs.md §32),
     ``iters`` iterations."""
+    if project == "Llama":
+        return llama_overrides(data, iters, dp, tp, pp, graph, accumulation)
     accumulation = 2 if project == "MAE" and not graph else 1
     layers = VIT["depth"] * (2 if project == "MAE" else 1)  # MAE's decoder blocks take layer_idx after the encoder's
-    sizes = [f"train.dist.data_parallel_size={dp}", f"train.dist.tensor_parallel_size={tp}",
-             f"train.dist.pipeline_parallel_size={pp}", f"train.dist.pipeline_num_layers={layers}",
-             f"train.train_micro_batch_size={GLOBAL_BATCH // dp // accumulation}",
-             f"train.num_accumulation_steps={accumulation}",
-             f"train.train_iter={iters}", "train.train_epoch=0", "train.log_period=1", "train.seed=1234",
-             "train.checkpointer.period=100000", "dataloader.train.num_workers=0", "train.evaluation.enabled=False"]
+    sizes = run_sizes(dp, tp, pp, layers, GLOBAL_BATCH, accumulation, iters)
     if project == "SimCSE":
         # No pretrained weights (a download, read with torch).  LiBai's fused attention softmax is off: with
         # SimCSE's apply_query_key_layer_scaling=False LiBai passes it scale=None and SimCSE's int64 mask, which
@@ -220,4 +380,5 @@ def project_data(work, text_root):
     from libai_ext.data import ensure_digits_imagenet
 
     imagenet = ensure_digits_imagenet(os.path.join(work, "imagenet"))
-    return {"MOCOV3": imagenet, "MAE": imagenet, "SimCSE": write_simcse_data(text_root, os.path.join(work, "simcse"))}
+    return {"MOCOV3": imagenet, "MAE": imagenet, "SimCSE": write_simcse_data(text_root, os.path.join(work, "simcse")),
+            "Llama": write_llama_data(text_root, os.path.join(work, "llama"))}
