@@ -39,7 +39,8 @@ LIBAI_MAIN_VENV ?= .venv-libai-main
 # loading on (2,2,2) (the fault matrix and preemption's signal cases are libai_ext's own protocol: their long
 # cases run on 0.1.1, their quick ones here); a quick
 # case whose run a long fixture of its file holds reads it there (the zoo's, the MAE masking's). Seeding, launcher
-# lifetime and the GPU host's device calls run on 0.1.1 only: their rank scripts run libai_ext and OneFlow alone.
+# lifetime, the GPU host's device calls and test_random_ops.py's 4-rank draws run on 0.1.1 only: their rank scripts
+# run libai_ext and OneFlow alone.
 LIBAI_MAIN_TESTS ?= tests/test_compat.py tests/test_environment.py tests/test_batch_errors.py \
   tests/test_pairing.py tests/test_stage0_loading.py tests/test_stochastic.py \
   tests/test_batch_check.py tests/test_evaluation.py tests/test_resume.py tests/test_elastic_resume.py \
