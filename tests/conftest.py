@@ -97,8 +97,9 @@ def rank_script(name):
     return os.path.join(RANK_SCRIPTS, name)
 
 
-def records_of_every_rank(result, ranks=None, count=None):
-    """{rank: records} for ``ranks`` (default: every rank of the job).
+def records_of_every_rank(result, ranks=None, count=None, check=None):
+    """{rank: records} for ``ranks`` (default: every rank of the job); with ``check``, only the records
+    whose ``check`` field names it (a launch that runs several checks).
 
     A rank that wrote no record fails the test (a silent rank must not pass a loop over
     what the others reported); with ``count``, so does a rank that wrote another number.
@@ -107,7 +108,7 @@ def records_of_every_rank(result, ranks=None, count=None):
     assert ranks, "no rank to read records from"
     by_rank = {}
     for rank in ranks:
-        records = result.records(rank)
+        records = [r for r in result.records(rank) if check is None or r.get("check") == check]
         assert records, f"rank {rank} wrote no records; its log tail:\n{result.log(rank)[-3000:]}"
         if count is not None:
             assert len(records) == count, f"rank {rank} wrote {len(records)} records, expected {count}"
@@ -188,6 +189,35 @@ def demo_reference(repo_root, tmp_path_factory):
         return runs[layout]
 
     return reference
+
+
+# What a layout's launch of rank_scripts/pairing.py runs besides the pairing cases: LiBai's own loader over real
+# data (tests/test_pairing.py) and stage-0-only loading (tests/test_stage0_loading.py).
+LOADER_CHECKS = {(2, 1, 2): ["--real-loader"], (1, 1, 2): ["--stage0-loading"],
+                 (2, 2, 2): ["--real-loader", "--stage0-loading"]}
+
+
+@pytest.fixture(scope="session")
+def loader_launch(tmp_path_factory):
+    """``launch_of((dp, tp, pp))``: the session's one launch of rank_scripts/pairing.py on that layout, shared by
+    tests/test_pairing.py and tests/test_stage0_loading.py (``LOADER_CHECKS``: one OneFlow start for their checks
+    of a layout; each record names its ``check``)."""
+    from libai_ext.testing import launch
+
+    launches = {}
+
+    def launch_of(layout):
+        if layout not in launches:
+            dp, tp, pp = layout
+            args = ["--dp", dp, "--tp", tp, "--pp", pp, *LOADER_CHECKS.get(layout, [])]
+            if pp == 4:
+                args.append("--aux")  # also a field at placement_idx 1
+            if layout in LOADER_CHECKS:
+                args += ["--data", tmp_path_factory.mktemp("digits")]
+            launches[layout] = launch(rank_script("pairing.py"), dp * tp * pp, args, timeout=600)
+        return launches[layout]
+
+    return launch_of
 
 
 def copy_from_libai_source(dest, keep):

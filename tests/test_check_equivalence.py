@@ -10,11 +10,12 @@ stock LiBai):
 * stock LiBai on tp2 from the seed alone: OneFlow's init of a split weight depends on the layout
   -> flagged at the first column-parallel Linear (``blocks.0.channel_mix.fc1``);
 * a dropout seeded per rank (tests/configs/demo_rank_local_dropout.py) -> flagged at the
-  first dropout on stage 1;
-* the plugin on pp2 (exact) and dp2 x pp2 (within 1e-4) -> passes.
+  first dropout on stage 1.
 
-Each tool run holds several layouts against one 1-rank reference: stock's pp2, dp2 x pp2 and tp2, and the
-plugin's pp2 and dp2 x pp2, all in the long tier; the quick tier checks the tool's parsing and comparison.
+Stock's pp2, dp2 x pp2 and tp2 run in one tool run against one 1-rank reference, in the long tier; the quick
+tier checks the tool's parsing and comparison.  The tool passing the plugin on the same layouts:
+tests/test_zoo_equivalence.py (pp2, dp2 x pp2 and four more, LiBai's models with crop and mixup) and, with
+``train.seed_scope=rank``, tests/test_layout_equivalence.py.
 """
 import contextlib
 import json
@@ -100,27 +101,6 @@ def test_stock_tensor_parallel_init_is_named(stock):
     row = stock["tp2"]
     assert "| tp2 | 2 |" in row and "| 0 |" in row, row
     assert "iteration 0, forward: blocks.0.channel_mix.fc1:out differs" in row, row
-
-
-@pytest.fixture(scope="module")
-def plugin(tmp_path_factory, data):
-    """The plugin on pp2 and dp2 x pp2 against one 1-rank reference, within 1e-4 (pp2's difference is 0)."""
-    return check(tmp_path_factory.mktemp("plugin"), data, "configs/demo_pipeline_cpu.py", ["1", "pp2", "dp2xpp2"],
-                 rtol=1e-4)
-
-
-@pytest.mark.long
-def test_plugin_pipeline_matches_one_rank(plugin):
-    status, (row, _), out = plugin
-    assert status == 0, out
-    assert row.startswith("| pp2 | 2 | 0 | - |"), row
-
-
-@pytest.mark.long
-def test_plugin_data_x_pipeline_matches_one_rank(plugin):
-    status, (_, row), out = plugin
-    assert status == 0, out
-    assert row.startswith("| dp2xpp2 | 4 |") and "| - |" in row, row
 
 
 @pytest.mark.long

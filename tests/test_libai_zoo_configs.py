@@ -69,21 +69,29 @@ def test_the_configs_cover_every_model_libai_exports():
         assert target is getattr(libai.models, MODELS[name]), name
 
 
-def run_configs(repo_root, tmp_path, text_data, nproc, pp, iters=2):
+ITERS = 3
+
+
+def run_configs(repo_root, tmp_path, text_data, nproc, pp):
     args = ["--repo", repo_root, "--configs", *CONFIGS, "--text-data", text_data, "--digits",
-            str(tmp_path / "digits"), "--out", str(tmp_path / "out"), "--iters", str(iters), "--pp", str(pp)]
+            str(tmp_path / "digits"), "--out", str(tmp_path / "out"), "--iters", str(ITERS), "--pp", str(pp)]
     result = launch(rank_script("libai_zoo_configs.py"), nproc, args, timeout=600, workdir=str(tmp_path / "logs"))
     records = records_of_every_rank(result, count=len(CONFIGS))
     return {rank: {r["config"]: r for r in recs} for rank, recs in records.items()}
 
 
+@pytest.fixture(scope="module")
+def one_rank(repo_root, tmp_path_factory, libai_text_data):
+    """The configs on 1 rank: the run both tests read (the reference of pp2)."""
+    return run_configs(repo_root, tmp_path_factory.mktemp("zoo-configs-one"), libai_text_data, nproc=1, pp=1)[0]
+
+
 @pytest.mark.long  # the quick tier trains them in tests/test_zoo_equivalence.py
-def test_each_config_trains_from_the_seed_with_every_dropout_converted(repo_root, tmp_path, libai_text_data):
-    by_config = run_configs(repo_root, tmp_path, libai_text_data, nproc=1, pp=1)[0]
-    assert sorted(by_config) == sorted(CONFIGS)
-    for name, record in by_config.items():
+def test_each_config_trains_from_the_seed_with_every_dropout_converted(one_rank):
+    assert sorted(one_rank) == sorted(CONFIGS)
+    for name, record in one_rank.items():
         assert record["trainer"] == "ConsistentBatchTrainer"
-        assert len(record["losses"]) == 2 and all(math.isfinite(x) for x in record["losses"]), (name, record)
+        assert len(record["losses"]) == ITERS and all(math.isfinite(x) for x in record["losses"]), (name, record)
         assert record["unconverted"] == [], name
         largest = {}
         for kind, rate in record["stochastic"].values():
@@ -95,10 +103,9 @@ def test_each_config_trains_from_the_seed_with_every_dropout_converted(repo_root
 
 
 @pytest.mark.long
-def test_each_config_splits_over_two_stages_and_follows_one_rank(repo_root, tmp_path, libai_text_data):
+def test_each_config_splits_over_two_stages_and_follows_one_rank(repo_root, tmp_path, libai_text_data, one_rank):
     """pp2 puts each model's layers on both stages, and its losses follow the 1-rank run's."""
-    one = run_configs(repo_root, tmp_path / "one", libai_text_data, nproc=1, pp=1, iters=3)[0]
-    two = run_configs(repo_root, tmp_path / "two", libai_text_data, nproc=2, pp=2, iters=3)
+    two = run_configs(repo_root, tmp_path / "two", libai_text_data, nproc=2, pp=2)
     for name in CONFIGS:
         assert two[0][name]["placements"] == [[0], [1]] == two[1][name]["placements"], name
-        assert two[0][name]["losses"] == pytest.approx(one[name]["losses"], abs=1e-5), name
+        assert two[0][name]["losses"] == pytest.approx(one_rank[name]["losses"], abs=1e-5), name

@@ -11,9 +11,8 @@ must keep the pairs (docs/upstream-bugs.md, sections 2 and 3).
 import numpy as np
 import pytest
 
-from conftest import records_of_every_rank, rank_script
+from conftest import LOADER_CHECKS, records_of_every_rank
 from libai_ext.compat import libai_line, libai_main
-from libai_ext.testing import launch
 
 LIBAI_MAIN = libai_line() is libai_main
 
@@ -38,16 +37,18 @@ def paired(record, key="label_ids"):
     return np.allclose(record["image_ids"], record[key], atol=1e-4)
 
 
+LOADER_TRAINERS = ("stock", "fixed")  # rank_scripts/real_loader.py: TRAINERS
+REAL_LOADER_LAYOUTS = [layout for layout, checks in LOADER_CHECKS.items() if "--real-loader" in checks]
+
+
 @pytest.fixture(scope="module", params=LAYOUTS, ids=lambda l: "dp%d-tp%d-pp%d" % l)
-def pairing_run(request):
+def pairing_run(request, loader_launch):
     dp, tp, pp = request.param
-    args = ["--dp", dp, "--tp", tp, "--pp", pp]
-    if pp == 4:
-        args.append("--aux")  # also a field at placement_idx 1
-    result = launch(rank_script("pairing.py"), dp * tp * pp, args, timeout=300)
+    result = loader_launch(request.param)
     stage0 = range(dp * tp)
-    by_rank = records_of_every_rank(result, stage0, count=2 * len(CASES))
-    others = {rank: result.records(rank) for rank in range(dp * tp, result.nproc)}
+    by_rank = records_of_every_rank(result, stage0, count=2 * len(CASES), check="pairing")
+    others = {rank: [r for r in result.records(rank) if r["check"] == "pairing"]
+              for rank in range(dp * tp, result.nproc)}
     assert not any(others.values()), f"ranks outside stage 0 reported: {sorted(r for r in others if others[r])}"
     cases = {rank: {(r["trainer"], r["mixup"]): r for r in records} for rank, records in by_rank.items()}
     return request.param, cases
@@ -95,16 +96,15 @@ def test_stage0_replicas_agree(pairing_run):
             assert record["image_ids"] == reference[key]["image_ids"], f"rank {rank} sees another batch"
 
 
-@pytest.mark.parametrize("layout", [(2, 1, 2), pytest.param((2, 2, 2), marks=pytest.mark.long)],
-                         ids=["dp2-tp1-pp2", "dp2-tp2-pp2"])
-def test_real_loader_batches_are_distinct_and_paired(tmp_path, layout):
-    """LiBai's own sampler and loader on real data, no augmentation at all."""
+@pytest.mark.parametrize("layout", REAL_LOADER_LAYOUTS, ids=lambda l: "dp%d-tp%d-pp%d" % l)
+def test_real_loader_batches_are_distinct_and_paired(loader_launch, layout):
+    """LiBai's own sampler and loader on real data, no augmentation at all (in the pairing cases' launch)."""
     dp, tp, pp = layout
-    result = launch(rank_script("real_loader.py"), dp * tp * pp,
-                    ["--dp", dp, "--tp", tp, "--pp", pp, "--data", tmp_path / "digits"], timeout=300)
-    by_rank = records_of_every_rank(result, range(dp * tp), count=2)
+    by_rank = records_of_every_rank(loader_launch(layout), range(dp * tp), count=len(LOADER_TRAINERS),
+                                    check="real_loader")
     for rank, records in by_rank.items():
         by_trainer = {r["trainer"]: r for r in records}
+        assert sorted(by_trainer) == sorted(LOADER_TRAINERS), f"rank {rank}"
         fixed, stock = by_trainer["fixed"], by_trainer["stock"]
         assert fixed["distinct_samples"] == fixed["batch"] == 8 * dp, f"rank {rank}"
         assert fixed["labels_match"], f"rank {rank}"

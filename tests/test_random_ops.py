@@ -43,6 +43,7 @@ from libai_ext.random import oneflow_draws, op_inventory  # noqa: E402
 from libai_ext.random.audit import REFUSED, StochasticModelError, audit_stochastic_ops, refused_modules  # noqa: E402
 from libai_ext.random.draws import drawing_step  # noqa: E402
 from libai_ext.random.oneflow_random_ops import INVENTORY  # noqa: E402
+from libai_ext.compat import libai_line, libai_main  # noqa: E402
 from libai_ext.testing import launch  # noqa: E402
 
 STEP, SEED = 7, 5  # as rank_scripts/random_ops.py
@@ -642,6 +643,12 @@ def test_keyed_augmentation_in_the_main_process_checks_the_state_at_each_epoch_a
 
 # ---- on 4 ranks -----------------------------------------------------------------------------------
 
+# The 4-rank launch runs OneFlow's ops and libai_ext's routing on placements of its own (no LiBai code): the LiBai line
+# cannot change what it draws, so it runs on 0.1.1 (quick tier) and not in make test-libai-main, which runs this file's
+# quick tier on LiBai main (long there: outside LIBAI_MAIN_LONG_TESTS).
+ON_LIBAI_0_1 = pytest.mark.long if libai_line() is libai_main else (lambda test: test)
+
+
 @pytest.fixture(scope="module")
 def four_ranks():
     result = launch(rank_script("random_ops.py"), 4, [], timeout=900)
@@ -670,6 +677,7 @@ def one_rank_reference(probe, mode):
     return reference
 
 
+@ON_LIBAI_0_1
 def test_on_four_ranks_every_layout_draws_what_one_rank_draws(four_ranks, probe):
     reference = one_rank_reference(probe, "routed")
     checked = 0
@@ -698,6 +706,7 @@ def test_on_four_ranks_every_layout_draws_what_one_rank_draws(four_ranks, probe)
                                        err_msg=f"{name}, data parallel")
 
 
+@ON_LIBAI_0_1
 def test_on_four_ranks_stock_draws_differ_from_one_rank_or_fail(four_ranks, probe):
     """Stock OneFlow, each rank seeded with seed + rank: 1 rank's values on no layout, except randint_like
     (OneFlow draws its whole tensor from one seed)."""

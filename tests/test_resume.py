@@ -9,10 +9,15 @@ import os
 
 import pytest
 
+from libai_ext.compat import libai_line, libai_main
 from libai_ext.testing import launch, raw_losses_by_run
 
 K = 4
-TRAINERS = {"fixed": "libai_ext.ConsistentBatchTrainer", "stock": "libai.engine.DefaultTrainer"}
+# The plugin's case on LiBai main only: on LiBai 0.1.1 tests/test_resume_finished.py's model_best case holds the same
+# guarantee (the demo on pp2, augmentation, mixup, an evaluation right before the checkpoint resumed from, the
+# uninterrupted run's losses repeated exactly), in the long tier there, where it runs on 0.1.1 only.
+TRAINERS = {**({"fixed": "libai_ext.ConsistentBatchTrainer"} if libai_line() is libai_main else {}),
+            "stock": "libai.engine.DefaultTrainer"}
 
 
 def run(repo_root, output, data, trainer, *flags):
@@ -25,9 +30,8 @@ def run(repo_root, output, data, trainer, *flags):
 
 
 
-# Long tier, both trainers: the quick tier resumes exactly in tests/test_checkpoint_faults.py and
-# tests/test_data_resume.py; stock's restart at the first sample is shown here and in tests/test_preemption.py's
-# long cases.
+# Long tier: the quick tier resumes exactly in tests/test_checkpoint_faults.py and tests/test_data_resume.py; stock's
+# restart at the first sample is shown here and in tests/test_preemption.py's long cases.
 @pytest.fixture(scope="module", params=[pytest.param(t, marks=pytest.mark.long) for t in TRAINERS])
 def resumed(request, repo_root, tmp_path_factory):
     output = tmp_path_factory.mktemp(request.param) / "out"

@@ -1,19 +1,21 @@
-"""Stage-0-only loading: the same batches bit for bit, and no data work outside stage 0."""
+"""Stage-0-only loading: the same batches bit for bit, and no data work outside stage 0.
+
+Each layout runs in the launch that tests/test_pairing.py reads too (conftest ``loader_launch``:
+rank_scripts/pairing.py ``--stage0-loading``, which runs rank_scripts/stage0_loading.py after the pairing cases).
+"""
 import pytest
 
-from conftest import rank_script, records_of_every_rank
-from libai_ext.testing import launch
+from conftest import records_of_every_rank
 
 
 # (2, 2, 2) on 8 ranks in the long tier; pp2 holds the guarantee in the quick tier.
 @pytest.mark.parametrize("layout", [(1, 1, 2), pytest.param((2, 2, 2), marks=pytest.mark.long)],
                          ids=["pp2", "dp2-tp2-pp2"])
-def test_stage0_only_batches_are_bit_identical(tmp_path, layout):
+def test_stage0_only_batches_are_bit_identical(loader_launch, layout):
     dp, tp, pp = layout
     nproc = dp * tp * pp
-    result = launch(rank_script("stage0_loading.py"), nproc,
-                    ["--dp", dp, "--tp", tp, "--pp", pp, "--data", tmp_path / "digits"], timeout=300)
-    by_rank = records_of_every_rank(result, count=2)  # default path, then stage-0-only
+    result = loader_launch(layout)
+    by_rank = records_of_every_rank(result, count=2, check="stage0_loading")  # default path, then stage-0-only
     assert len(by_rank) == nproc
     stage0 = range(nproc // pp)
     reference = by_rank[0][0]["digests"]

@@ -27,9 +27,33 @@ def train_net(repo_root, tmp_path, name, *overrides, check=True, stop_on_failure
                           check=check, workdir=str(tmp_path / f"{name}-logs"), stop_on_failure=stop_on_failure)
 
 
+@pytest.fixture(scope="module")
+def old_config_run(repo_root, tmp_path_factory):
+    """The plugin's trainer on a config written for LiBai 0.1.1 (no rdma_enabled, input_placement_device,
+    dist.device_type): ``(output, result)``.  Both tests of the plugin's run read it (one launch)."""
+    tmp_path = tmp_path_factory.mktemp("old-config")
+    config = tmp_path / "config_0_1.py"
+    config.write_text(
+        "from libai.config import LazyConfig\n"
+        f"_demo = LazyConfig.load({os.path.join(repo_root, 'configs', 'demo_pipeline_cpu.py')!r})\n"
+        "model, dataloader, optim, graph, train = _demo.model, _demo.dataloader, _demo.optim, _demo.graph, _demo.train\n"
+        "for _key in ('rdma_enabled', 'input_placement_device'):\n"
+        "    train.pop(_key)\n"
+        "train.dist.pop('device_type')\n")
+    output = tmp_path / "old-config"
+    args = ["--config-file", str(config), *TINY_DEMO, f"train.output_dir={output}",
+            f"dataloader.train.dataset.0.root.root={tmp_path}/data", f"train.trainer={TRAINERS['fixed']}"]
+    return output, launch(os.path.join(repo_root, "tools", "train_net.py"), 2, args, timeout=300,
+                          workdir=str(tmp_path / "old-config-logs"))
+
+
 @pytest.mark.parametrize("name", TRAINERS)
-def test_trainer_swap_runs_and_writes_metrics(repo_root, tmp_path, name):
-    output, _ = train_net(repo_root, tmp_path, name, f"train.trainer={TRAINERS[name]}")
+def test_trainer_swap_runs_and_writes_metrics(repo_root, tmp_path, request, name):
+    """The plugin's run is the one on the config without LiBai main's keys (``old_config_run``)."""
+    if name == "fixed":
+        output, _ = request.getfixturevalue("old_config_run")
+    else:
+        output, _ = train_net(repo_root, tmp_path, name, f"train.trainer={TRAINERS[name]}")
     with open(output / "run_info.json") as f:
         info = json.load(f)
     assert info["trainer"].rsplit(".", 1)[1] == TRAINERS[name].rsplit(".", 1)[1]
@@ -42,25 +66,10 @@ def test_trainer_swap_runs_and_writes_metrics(repo_root, tmp_path, name):
 
 
 @QUICK_ON_LIBAI_MAIN
-def test_a_config_without_libai_main_keys_still_trains(repo_root, tmp_path):
-    """A config written for LiBai 0.1.1 (no rdma_enabled, input_placement_device, dist.device_type).
-
-    On main those keys are filled (RDMA off, inputs and layers on the host's device kind) and
-    logged; on 0.1.1 nothing is added.
-    """
-    config = tmp_path / "config_0_1.py"
-    config.write_text(
-        "from libai.config import LazyConfig\n"
-        f"_demo = LazyConfig.load({os.path.join(repo_root, 'configs', 'demo_pipeline_cpu.py')!r})\n"
-        "model, dataloader, optim, graph, train = _demo.model, _demo.dataloader, _demo.optim, _demo.graph, _demo.train\n"
-        "for _key in ('rdma_enabled', 'input_placement_device'):\n"
-        "    train.pop(_key)\n"
-        "train.dist.pop('device_type')\n")
-    output = tmp_path / "old-config"
-    args = ["--config-file", str(config), *TINY_DEMO, f"train.output_dir={output}",
-            f"dataloader.train.dataset.0.root.root={tmp_path}/data"]
-    result = launch(os.path.join(repo_root, "tools", "train_net.py"), 2, args, timeout=300,
-                    workdir=str(tmp_path / "old-config-logs"))
+def test_a_config_without_libai_main_keys_still_trains(old_config_run):
+    """On main those keys are filled (RDMA off, inputs and layers on the host's device kind) and logged; on 0.1.1
+    nothing is added."""
+    output, result = old_config_run
     assert (output / "run_info.json").exists()
     filled = result.ranks_logging("config keys missing for LiBai main")
     assert filled == ([0, 1] if LIBAI_MAIN else []), result.log(0)[-2000:]

@@ -14,7 +14,9 @@ The ``synthetic`` case is NOT what LiBai produces: every rank holds different sa
 It is run with ConsistentBatchTrainer only, to show that every field comes from stage 0
 whatever the other stages hold (what stage-0-only loading relies on).
 
-Writes one record per (trainer, mixup) case from each stage-0 rank, none elsewhere.
+Writes one record per (trainer, mixup) case from each stage-0 rank, none elsewhere (``check="pairing"``).  In the
+same launch, over the digits in ``--data``: ``--real-loader``, LiBai's own loader over real data (real_loader.py);
+``--stage0-loading``, the same pipeline with and without stage-0-only loading (stage0_loading.py).
 """
 import numpy as np
 import oneflow as flow
@@ -25,8 +27,11 @@ from libai.utils import distributed as dist
 
 from common import get_batch, layout_parser, on_stage0, replicated_on_stage0, setup_layout
 from libai_ext import ConsistentBatchTrainer
+from libai_ext.data import ensure_digits_cifar
 from libai_ext.engine import placement_data_parallel_rank
 from libai_ext.testing import write_rank_result
+import real_loader
+import stage0_loading
 
 NUM_CLASSES = 64
 MICRO_BATCH = 4
@@ -62,6 +67,9 @@ def label_ids(labels):
 def main():
     parser = layout_parser()
     parser.add_argument("--aux", action="store_true")
+    parser.add_argument("--data", default="", help="the digits folder of --real-loader and --stage0-loading")
+    parser.add_argument("--real-loader", action="store_true")
+    parser.add_argument("--stage0-loading", action="store_true")
     args = parser.parse_args()
     setup_layout(args)
     rank = flow.env.get_rank()
@@ -76,7 +84,7 @@ def main():
                 continue
             image_ids = gathered["images"][:, 0, 0, 0].numpy().astype(np.float64)
             record = dict(
-                trainer=name, mixup=use_mixup,
+                check="pairing", trainer=name, mixup=use_mixup,
                 image_ids=image_ids.tolist(),
                 label_ids=label_ids(gathered["labels"]).tolist(),
                 fields_left_local=all(not f.tensor.is_global for f in data.get_fields().values()),
@@ -85,6 +93,12 @@ def main():
             if args.aux:
                 record["aux_ids"] = gathered["aux"].numpy().astype(np.float64).tolist()
             write_rank_result(**record)
+    if args.real_loader or args.stage0_loading:
+        ensure_digits_cifar(args.data)
+    if args.real_loader:
+        real_loader.report(args.data)
+    if args.stage0_loading:
+        stage0_loading.report(args.data)
 
 
 if __name__ == "__main__":

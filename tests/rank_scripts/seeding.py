@@ -1,4 +1,5 @@
-"""On every rank: draw from python, numpy and OneFlow after seed_everything (or without it)."""
+"""On every rank: draw from python, numpy and OneFlow before seeding (``--unseeded-first``), then after
+seed_everything under each of ``--scopes`` in turn (one launch holds every scope: each call reseeds every stream)."""
 import random
 
 import numpy as np
@@ -21,14 +22,17 @@ def draws():
 def main():
     parser = layout_parser()
     parser.add_argument("--seed", default=None)
-    parser.add_argument("--scope", default="global")
+    parser.add_argument("--scopes", default="global", help="comma-separated seed scopes, seeded in turn")
+    parser.add_argument("--unseeded-first", action="store_true", help="draw once before any seeding")
     args = parser.parse_args()
     setup_layout(args)
+    if args.unseeded_first:
+        write_rank_result(scope=None, **draws())
     if args.seed is not None:
         seed = int(args.seed) if args.seed.lstrip("-").isdigit() else args.seed
-        write_rank_result(seed_used=seed_everything(seed, scope=args.scope),
-                          dp_group=placement_data_parallel_rank())
-    write_rank_result(**draws())
+        for scope in args.scopes.split(","):
+            write_rank_result(scope=scope, seed_used=seed_everything(seed, scope=scope),
+                              dp_group=placement_data_parallel_rank(), **draws())
 
 
 if __name__ == "__main__":

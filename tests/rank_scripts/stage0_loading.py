@@ -1,4 +1,5 @@
-"""On every rank: the same seeded pipeline with and without stage-0-only loading.
+"""On every rank: the same seeded pipeline with and without stage-0-only loading (pairing.py ``--stage0-loading``
+runs it after its cases, in the same launch).
 
 Augmentation and mixup on, per-rank random streams.  Stage-0 ranks report a digest of
 every global field (gathered to stage 0) per step; every rank reports how many samples
@@ -8,7 +9,7 @@ import hashlib
 
 from libai.config import LazyCall
 
-from common import image_loader_config, on_stage0, replicated_on_stage0, setup_layout_and_digits
+from common import image_loader_config, on_stage0, replicated_on_stage0
 from libai_ext import ConsistentBatchTrainer, mixup_step, seed_everything
 from libai_ext.compat.get_batch_api import call_get_batch
 from libai_ext.data import CIFAR100Folder, build_mixup, cifar_train_transform
@@ -44,15 +45,12 @@ def digests(loader):
     return out
 
 
-def main():
-    args = setup_layout_and_digits()
+def report(data):
+    """One record per pass (the default path, then stage-0-only) on every rank (the layout is set up)."""
     for stage0_only in (False, True):
         seed_everything(1234, scope="rank")
         CountingFolder.served = 0
-        loader = ConsistentBatchTrainer.build_train_loader(config(args.data, stage0_only))[0]
-        write_rank_result(stage0_only=stage0_only, digests=digests(loader), served=CountingFolder.served,
-                          loader=type(loader).__name__)
+        loader = ConsistentBatchTrainer.build_train_loader(config(data, stage0_only))[0]
+        write_rank_result(check="stage0_loading", stage0_only=stage0_only, digests=digests(loader),
+                          served=CountingFolder.served, loader=type(loader).__name__)
 
-
-if __name__ == "__main__":
-    main()
