@@ -205,6 +205,29 @@ def test_the_check_refuses_a_reference_taken_before_the_wrappers_on_the_first_ba
     assert warned.draws_from_oneflow
 
 
+class Tokens(flow.utils.data.Dataset):
+    """Samples as LiBai's NLP datasets give them: an ``Instance`` of ``DistTensorData``."""
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, index):
+        from libai.data.structures import DistTensorData, Instance
+
+        return Instance(input_ids=DistTensorData(flow.LongTensor([index] * 8)))
+
+
+def test_the_check_passes_a_one_sample_batch_that_libais_collate_changes_in_place():
+    """LiBai's ``Instance.stack`` of one sample adds the batch dimension to that sample itself (ChatGLM's dp2 x
+    accumulation 8 reads one sample a micro-batch): the check compares the sample as read, before the collate."""
+    from libai.data.structures import Instance
+
+    keyed = KeyedAugmentation(Tokens(), SEED, collate_fn=Instance.stack, check=AugmentationCheck(first_batches=2))
+    batches = [keyed[EpochBatch([index], epoch=0)] for index in (1, 2)]
+    assert [tuple(b.get("input_ids").tensor.shape) for b in batches] == [(1, 8), (1, 8)]
+    assert keyed.check.reads == 2
+
+
 def test_the_check_runs_on_the_first_batches_then_every_period():
     check = AugmentationCheck(first_batches=2, period=3)
     assert [check.due() for _ in range(9)] == [True, True, False, False, True, False, False, True, False]

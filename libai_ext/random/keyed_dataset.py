@@ -90,7 +90,6 @@ class KeyedAugmentation(Dataset):
             if check_state:
                 seed_oneflow_probe()
             samples = self._keyed_samples(batch, epoch, oneflow=False)
-            result = self._collate(samples, batch, epoch, oneflow=False)
             if heard.drew:
                 return _DREW_FROM_ONEFLOW
             if check_state and not oneflow_untouched_since_probe():
@@ -98,7 +97,12 @@ class KeyedAugmentation(Dataset):
                     self.check.unreported_oneflow_draw(self, batch, epoch)
                 self._warn_unreported_draw()
                 return _DREW_FROM_ONEFLOW
+            # Before collating: LiBai's collate of a one-sample batch (DistTensorData.stack) adds the batch
+            # dimension to that sample in place, which a read again would not match
             self._verify(batch, epoch, samples, oneflow=False)
+            result = self._collate(samples, batch, epoch, oneflow=False)
+            if heard.drew:
+                return _DREW_FROM_ONEFLOW
         self._reads_unchecked = 0 if check_state else self._reads_unchecked + 1
         return result
 
