@@ -36,21 +36,25 @@ from libai_ext.compat import detect, libai_main
 from libai_ext.data import ensure_digits_imagenet
 from libai_ext.testing import launch
 from libai_projects import (
-    ADOPTED_SUFFIX, SCRIPTS, TORCH_STAND_IN, adopt, extract_projects, overrides, project_data, stock_copy,
+    ADOPTED_SUFFIX, SCRIPTS, TORCH_STAND_IN, accumulation_of, adopt, chatglm_env, extract_projects,
+    libai_source_first, overrides, project_data, project_of, stock_copy,
 )
 
 pytestmark = pytest.mark.skipif(detect.libai_line() is not libai_main,
                                 reason="LiBai main's projects: written for LiBai main's API (0.1.1 lacks it)")
 
 CONFIGS = {"MOCOV3": "configs/moco_pretrain.py", "MAE": "configs/mae_pretraining.py",
-           "SimCSE": "projects/SimCSE/config/config_simcse_unsup.py"}
+           "SimCSE": "projects/SimCSE/config/config_simcse_unsup.py", "ChatGLM": "projects/ChatGLM/configs/chatglm_sft.py"}
 ITERS = 10
 RTOL = 1e-5
 LAYOUTS = {"1": dict(dp=1, tp=1), "dp2": dict(dp=2, tp=1), "tp2": dict(dp=1, tp=2), "dp2xtp2": dict(dp=2, tp=2),
-           "pp2": dict(dp=1, tp=1, pp=2)}
+           "pp2": dict(dp=1, tp=1, pp=2), "dp2xpp2": dict(dp=2, tp=1, pp=2)}
 STOCK_LAYOUTS = ("1", "dp2")
-# (project, graph.enabled; None: as shipped)
-PLUGIN_RUNS = (("MOCOV3", None), ("MAE", False), ("MAE", True), ("SimCSE", False), ("SimCSE", True))
+# (project or VARIANTS run, graph.enabled; None: as shipped)
+STOCK_RUNS = (("MOCOV3", None), ("MAE", None), ("SimCSE", None), ("ChatGLM-LoRA", False))
+PLUGIN_RUNS = (("MOCOV3", None), ("MAE", False), ("MAE", True), ("SimCSE", False), ("SimCSE", True),
+               ("ChatGLM", False), ("ChatGLM", True), ("ChatGLM-LoRA", False), ("ChatGLM-LoRA", True))
+LAYOUTS_OF = {"ChatGLM": ("1", "dp2", "tp2", "pp2", "dp2xpp2")}  # the others: every layout but dp2 x pp2
 STAGES_MIXED = ("MOCOV3", "MAE")  # their models combine two stages' tensors (docs/upstream-bugs.md): refused at pp2
 NOT_RUNNABLE = {
     # MoCo's contrastive loss gives one sbp for a 2-d placement (docs/upstream-bugs.md §29)
@@ -61,7 +65,8 @@ NOT_RUNNABLE = {
 
 
 def plugin_runs(layout):
-    return [(project, graph) for project, graph in PLUGIN_RUNS if (project, graph, layout) not in NOT_RUNNABLE]
+    return [(project, graph) for project, graph in PLUGIN_RUNS if (project, graph, layout) not in NOT_RUNNABLE
+            and layout in LAYOUTS_OF.get(project_of(project), set(LAYOUTS) - {"dp2xpp2"})]
 
 
 @pytest.fixture(scope="module")
@@ -128,10 +133,12 @@ def test_mixed_stages_are_named_with_the_module():
 
 # ---- the launches (long tier) ---------------------------------------------------------------------------------
 
-def plan_entry(name, folder, script, project, data, out, layout, graph=None):
-    argv = ["--config-file", CONFIGS[project], *overrides(project, data[project], ITERS, graph=graph, **layout),
+def plan_entry(name, folder, script, run, data, out, layout, graph=None):
+    project = project_of(run)
+    argv = ["--config-file", CONFIGS[project], *overrides(run, data[project], ITERS, graph=graph, **layout),
             f"train.output_dir={os.path.join(out, name)}"]
-    return {"name": name, "folder": folder, "script": script, "argv": argv}
+    env = chatglm_env(data[project]) if project == "ChatGLM" else {}
+    return {"name": name, "folder": folder, "script": script, "argv": argv, "env": env}
 
 
 def run_layout(projects, work, data, layout_name, layout, stock, plugin_runs, check=True):
@@ -140,20 +147,22 @@ def run_layout(projects, work, data, layout_name, layout, stock, plugin_runs, ch
     out = os.path.join(work, layout_name)
     layout = dict(dict(pp=1), **layout)
     plan = []
-    for project in stock:
+    for run, graph in stock:
+        project = project_of(run)
         folder = os.path.join(work, f"stock-{project}")
         script = os.path.join(folder, SCRIPTS[project][0])
         if not os.path.isdir(folder):
             script = stock_copy(projects[project], project, folder)
-        plan.append(plan_entry(f"stock-{project}", folder, script, project, data, out, layout))
-    for project, graph in plugin_runs:
+        plan.append(plan_entry(f"stock-{run}", folder, script, run, data, out, layout, graph))
+    for run, graph in plugin_runs:
+        project = project_of(run)
         script = os.path.join(projects[project], SCRIPTS[project][0][:-3] + ADOPTED_SUFFIX)
-        plan.append(plan_entry(f"{project}-graph{graph}", projects[project], script, project, data, out,
-                               layout, graph))
+        plan.append(plan_entry(f"{run}-graph{graph}", projects[project], script, run, data, out, layout, graph))
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "plan.json"), "w") as f:
         json.dump(plan, f, indent=1)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [TORCH_STAND_IN, os.environ.get("PYTHONPATH")])))
+    env = libai_source_first(env, projects)
     nproc = layout["dp"] * layout["tp"] * layout["pp"]
     result = launch(rank_script("project_runs.py"), nproc, ["--plan", os.path.join(out, "plan.json")],
                     timeout=1500, env=env, workdir=os.path.join(out, "logs"), check=check)
@@ -170,17 +179,18 @@ def project_losses(projects, libai_text_data, tmp_path_factory):
     found = {}
     for name, layout in LAYOUTS.items():
         result, plan = run_layout(projects, work, data, name, layout,
-                                  stock=list(SCRIPTS) if name in STOCK_LAYOUTS else [], plugin_runs=plugin_runs(name))
+                                  stock=STOCK_RUNS if name in STOCK_LAYOUTS else [], plugin_runs=plugin_runs(name))
         records = records_of_every_rank(result, count=len(plan))
         assert [r["name"] for r in records[0]] == [entry["name"] for entry in plan], records[0]
         found[name] = {r["name"]: (r["kind"], r["losses"]) for r in records[0]}
     return found
 
 
-def per_step(kind, losses, project):
-    """Eager MAE logs each of its 2 micro-batches as an iteration: their mean is the step's loss."""
-    if kind == "raw" and project == "MAE" and len(losses) == 2 * ITERS:
-        return [(losses[2 * i] + losses[2 * i + 1]) / 2 for i in range(ITERS)]
+def per_step(kind, losses, project, graph):
+    """Eager MAE and ChatGLM log each of their micro-batches as an iteration: their mean is the step's loss."""
+    n = accumulation_of(project, graph)
+    if kind == "raw" and n > 1 and len(losses) == n * ITERS:
+        return [sum(losses[n * i:n * (i + 1)]) / n for i in range(ITERS)]
     return losses
 
 
@@ -189,20 +199,29 @@ def max_relative(a, b):
     return max(abs(x - y) / abs(y) for x, y in zip(a, b))
 
 
+def reference_of(project, graph):
+    """The run on 1 rank a run follows: the project's eager one; ChatGLM's graph runs, their own on 1 rank (they
+    take its 16 samples in one micro-batch, the eager runs in 8 of 2, and its loss averages over a micro-batch's
+    tokens: another grouping is another gradient)."""
+    return (project, graph) if graph and project_of(project) == "ChatGLM" else (project, graph and False)
+
+
 def compared_runs():
-    """Every plugin run but 1 rank's eager ones, which are the references."""
-    return [(layout, *run) for layout in LAYOUTS for run in plugin_runs(layout) if layout != "1" or run[1]]
+    """Every plugin run but the references on 1 rank."""
+    return [(layout, *run) for layout in LAYOUTS for run in plugin_runs(layout)
+            if layout != "1" or reference_of(*run) != run]
 
 
 @pytest.mark.long
 @pytest.mark.parametrize("layout,project,graph", compared_runs())
 def test_the_projects_follow_one_eager_rank_with_the_plugin(project_losses, layout, project, graph):
-    """Each layout, eager and in graph mode, against the project's eager run on 1 rank."""
+    """Each layout, eager and in graph mode, against the project's run on 1 rank (``reference_of``)."""
     name = f"{project}-graph{graph}"
     kind, losses = project_losses[layout][name]
-    reference_kind, reference = project_losses["1"][f"{project}-graph{graph and False}"]
+    reference_run = reference_of(project, graph)
+    reference_kind, reference = project_losses["1"]["{}-graph{}".format(*reference_run)]
     assert kind == reference_kind == "raw"
-    losses, reference = per_step(kind, losses, project), per_step(kind, reference, project)
+    losses, reference = per_step(kind, losses, project, graph), per_step(kind, reference, *reference_run)
     assert abs(losses[0] - reference[0]) <= RTOL * abs(reference[0]), (layout, name, losses, reference)
     assert max_relative(losses, reference) <= rtol(project, layout, graph), (layout, name, losses, reference)
 
@@ -219,7 +238,7 @@ def rtol(project, layout, graph):
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("project", list(SCRIPTS))
+@pytest.mark.parametrize("project", [run for run, _ in STOCK_RUNS])
 def test_stock_projects_differ_between_layouts(project_losses, project):
     """By ten times the plugin's bound (LiBai's metrics.json holds running medians: equal runs give equal ones)."""
     one, dp2 = project_losses["1"][f"stock-{project}"][1], project_losses["dp2"][f"stock-{project}"][1]
