@@ -193,6 +193,90 @@ def test_layer_norm_takes_the_cpu_path_for_cpu_inputs_only(monkeypatch):
     assert seen == ["libai", "cpu"]
 
 
+
+def _global_cpu(array):
+    return flow.tensor(array).to_global(placement=flow.placement("cpu", [0]), sbp=flow.sbp.broadcast)
+
+
+@pytest.mark.skipif(detect.libai_line() is not libai_main, reason="RMSLayerNorm is LiBai main's (0.1.1 has none)")
+def test_rms_norm_runs_on_cpu_with_rms_norms_formula_and_stock_has_no_kernel():
+    import numpy as np
+    from libai.layers import RMSLayerNorm
+
+    x = np.random.default_rng(0).standard_normal((3, 4, 8)).astype(np.float32)
+    norm = RMSLayerNorm(8, eps=1e-5)
+    with patching.restoring():
+        with pytest.raises(RuntimeError, match="rms_norm"):  # stock: no CPU kernel
+            norm(_global_cpu(x))
+        cpu_layer_norm.apply()
+        with flow.no_grad():
+            norm.weight.copy_(_global_cpu(np.linspace(0.5, 1.5, 8, dtype=np.float32)))
+        found = norm(_global_cpu(x)).to_local().numpy()
+    expected = x / np.sqrt((x ** 2).mean(-1, keepdims=True) + 1e-5) * np.linspace(0.5, 1.5, 8, dtype=np.float32)
+    np.testing.assert_allclose(found, expected, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="RMSLayerNorm expects trailing shape"):
+        cpu_layer_norm.cpu_rms_norm(norm, _global_cpu(x[..., :4]))
+
+
+class SentencePieceLikeTokenizer:
+    """The LLM projects' tokenizers (Llama's, Baichuan's): a plain class whose ``get_vocab`` calls a method it
+    lacks, no ``special_tokens_map``, no ``add_tokens``."""
+    vocab_size = 4
+
+    def get_vocab(self):
+        return {self.convert_ids_to_tokens(i): i for i in range(self.vocab_size)}
+
+
+def test_special_tokens_leave_a_tokenizer_they_cannot_read_as_it_is():
+    from libai_ext.compat import special_tokens
+
+    tokenizer = SentencePieceLikeTokenizer()
+    with pytest.raises(AttributeError):  # what the repair called on every tokenizer before
+        special_tokens.missing_special_tokens(tokenizer)
+    assert special_tokens.add_missing_special_tokens(tokenizer) == []
+    assert vars(tokenizer) == {}
+    unreadable = SentencePieceLikeTokenizer()
+    unreadable.special_tokens_map, unreadable.add_tokens = {"bos_token": "<s>"}, lambda *a, **k: 1 / 0
+    assert special_tokens.add_missing_special_tokens(unreadable) == []
+
+
+@pytest.mark.skipif(detect.libai_line() is not libai_main, reason="HuggingFace loaders are LiBai main's")
+def test_huggingface_loaders_read_safetensors_without_torch(tmp_path, monkeypatch):
+    import numpy as np
+    from libai.models.utils.model_loader.base_loader import ModelLoaderHuggerFace
+    from safetensors.numpy import save_file
+
+    from libai_ext.compat import hf_weights
+
+    weights = {"a.weight": np.arange(6, dtype=np.float32).reshape(2, 3), "b.bias": np.ones(3, np.float16)}
+    path = str(tmp_path / "model.safetensors")
+    save_file(weights, path)
+    loader = object.__new__(ModelLoaderHuggerFace)
+    with patching.restoring():
+        if not hf_weights.torch_usable():  # stock, where torch is missing: it is imported even for safetensors
+            with pytest.raises(ImportError, match="torch"):
+                loader._load_torch_state_dict([path], use_safetensors=True)
+        monkeypatch.setattr(hf_weights, "torch_usable", lambda: False)
+        hf_weights.apply()
+        read = loader._load_torch_state_dict([path], use_safetensors=True)
+        assert sorted(read) == sorted(weights) and all(v.dtype == np.float32 for v in read.values())
+        converted = {k: loader._convert_tensor(v) for k, v in read.items()}
+        np.testing.assert_array_equal(converted["a.weight"].numpy(), weights["a.weight"])
+        monkeypatch.setattr(hf_weights, "torch_usable", lambda: True)  # with torch, LiBai's own code runs
+        with pytest.raises(ImportError, match="torch"):
+            loader._load_torch_state_dict([path], use_safetensors=True)
+    assert "libai_original" not in vars(ModelLoaderHuggerFace._load_torch_state_dict)
+
+
+def test_a_stand_in_torch_module_is_not_taken_for_torch(monkeypatch):
+    from libai_ext.compat import hf_weights
+
+    stand_in = types.ModuleType("torch")
+    stand_in.__getattr__ = lambda name: (_ for _ in ()).throw(ImportError(name))
+    monkeypatch.setitem(__import__("sys").modules, "torch", stand_in)
+    assert not hf_weights.torch_usable()
+
+
 # --- LiBai 0.1.1's graph code on OneFlow 0.9.0's proxies ------------------------------------------
 
 class StagedModel(flow.nn.Module):

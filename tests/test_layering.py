@@ -19,6 +19,7 @@ MAY_IMPORT = {
     "lifetime": {"compat", "config"},
     "checkpoint": {"lifetime", "random", "compat", "config"},
     "models": {"random", "compat"},
+    "layers": {"random"},  # the stochastic layers' old import path, an alias for a release
     "engine": {"checkpoint", "lifetime", "config", "random", "data", "compat", "models"},
     "cli": None,  # anything
     "testing": None,
@@ -139,3 +140,10 @@ def test_ranks_get_the_fault_hook_only_when_the_environment_asks_for_an_action()
     words = fault_injection.with_fault_hook(["-m", "libai_ext.cli.train_net"],
                                             {fault_injection.KILL_AT_ENV: "0:mid_weights:model_0000005"})
     assert words[1:] == ["-m", "libai_ext.cli.train_net"] and words[0].endswith("fault_injection.py")
+
+
+def test_the_stochastic_layers_old_import_path_still_works():
+    from libai_ext.layers import DropPath, Dropout
+    from libai_ext.random import layers
+
+    assert (Dropout, DropPath) == (layers.Dropout, layers.DropPath)

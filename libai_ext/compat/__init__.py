@@ -1,8 +1,9 @@
 """Compatibility with the installed LiBai line and device, in one place.
 
 One module per LiBai line (``libai_v0_1``, ``libai_main``: what each line's API looks like)
-and one per device trap (``compile_step``, ``cuda_placements``, ``cpu_layer_norm``,
-``cpu_bias_gelu``), plus ``swin_v0_1`` for LiBai 0.1.1's Swin, ``graph_proxy_v0_1`` for
+and one per device trap (``compile_step``, ``cuda_placements``, ``cpu_layer_norm`` for LayerNorm and
+RMSLayerNorm, ``cpu_bias_gelu``), ``hf_weights`` for LiBai main's HuggingFace loaders without PyTorch, plus
+``swin_v0_1`` for LiBai 0.1.1's Swin, ``graph_proxy_v0_1`` for
 LiBai 0.1.1's graph code on OneFlow 0.9.0, and ``special_tokens`` for the special tokens LiBai's
 T5 tokenizer set-up declares but never counts.  Two repair what OneFlow changes with the layout without a
 random draw or with a bare error: ``batch_statistics`` (BatchNorm over the global batch, installed by the
@@ -31,7 +32,8 @@ def apply_patches():
     Returns the names of the attributes replaced so far.
     """
     from . import (
-        compile_step, cpu_bias_gelu, cpu_layer_norm, cuda_placements, graph_proxy_v0_1, special_tokens, swin_v0_1,
+        compile_step, cpu_bias_gelu, cpu_layer_norm, cuda_placements, graph_proxy_v0_1, hf_weights, special_tokens,
+        swin_v0_1,
     )
 
     compile_step.apply()
@@ -41,6 +43,7 @@ def apply_patches():
     swin_v0_1.apply()
     graph_proxy_v0_1.apply()
     special_tokens.apply()
+    hf_weights.apply()
     return patches_applied()
 
 

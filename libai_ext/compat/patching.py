@@ -42,6 +42,15 @@ PATCHES = (
     Patch("cpu_layer_norm", "libai.layers.layer_norm.LayerNorm.forward",
           f"{_UPSTREAM} #7 (libai.layers.LayerNorm aborts the process on CPU)", "both",
           "any (CPU tensors take the functional form)", _REPAIR_DISABLE, "tests/test_environment.py", "process"),
+    Patch("cpu_rms_norm", "libai.layers.layer_norm.RMSLayerNorm.forward",
+          f"{_UPSTREAM} #33 (rms_norm has no CPU kernel: every LLM project of LiBai main stops on a CPU rank)",
+          "main", "any (CPU tensors take x * rsqrt(mean(x^2) + eps) * weight)", _REPAIR_DISABLE,
+          "tests/test_compat.py", "process"),
+    Patch("hf_weights", "libai.models.utils.model_loader.base_loader.ModelLoaderHuggerFace._load_torch_state_dict, "
+          "._convert_tensor",
+          f"{_UPSTREAM} #36 (LiBai's HuggingFace loaders need PyTorch even for safetensors weights)", "main",
+          "any (only where torch cannot be imported; .bin files keep LiBai's path)",
+          "none: without torch LiBai cannot read the weights at all", "tests/test_compat.py", "process"),
     Patch("cpu_bias_gelu", "oneflow._C.fused_bias_add_gelu",
           "fused_bias_add_gelu has no CPU kernel in OneFlow 0.9.0 and LiBai's Swin hard-codes it "
           "(libai_ext/compat/cpu_bias_gelu.py)", "both", "any (CPU tensors take gelu(x + bias))", _REPAIR_DISABLE,

@@ -15,9 +15,12 @@ A declared token is only a name: it gets an id once ``add_tokens`` puts it in th
 ``apply()`` (``libai_ext.compat.apply_patches``) wraps LiBai's ``build_tokenizer`` so that the
 tokenizer it returns already holds every special token it declares: the vocabulary size counts
 them on both lines, and main's own ``add_tokens`` call then adds nothing.  A tokenizer that
-declares nothing missing (GPT-2's, BERT's) is returned untouched.
+declares nothing missing (GPT-2's, BERT's) is returned untouched, and so is every tokenizer this repair cannot
+read and extend: one without LiBai's ``special_tokens_map``, ``get_vocab`` and ``add_tokens`` (the LLM projects'
+SentencePiece tokenizers, Llama's and Baichuan's, whose ``get_vocab`` calls a method they lack), whatever its class.
 """
 import functools
+import logging
 
 from .patching import replace
 
@@ -42,10 +45,28 @@ def missing_special_tokens(tokenizer):
     return [t for t in declared_special_tokens(tokenizer) if t not in vocab]
 
 
+def repairable(tokenizer):
+    """Whether ``tokenizer`` has what this repair reads and calls: LiBai's ``special_tokens_map``, a
+    ``get_vocab`` that answers, and ``add_tokens``."""
+    if not (hasattr(tokenizer, "special_tokens_map") and callable(getattr(tokenizer, "get_vocab", None))
+            and callable(getattr(tokenizer, "add_tokens", None))):
+        return False
+    try:
+        tokenizer.get_vocab()
+    except Exception as error:  # a vocabulary it cannot list: nothing to compare the declared tokens with
+        logging.getLogger(__name__).info("libai_ext: %s.get_vocab() fails (%s: %s); its special tokens are left "
+                                         "as the tokenizer has them", type(tokenizer).__name__,
+                                         type(error).__name__, error)
+        return False
+    return True
+
+
 def add_missing_special_tokens(tokenizer):
     """Adds ``missing_special_tokens(tokenizer)`` to its vocabulary, ids after the file's in declared
     order (for T5: ``[BOS]``, ``[EOS]``, ``<extra_id_0>``... as LiBai main's ``T5Dataset`` numbers
-    them); returns them."""
+    them); returns them.  A tokenizer that is not ``repairable`` is left as it is (returns ``[]``)."""
+    if not repairable(tokenizer):
+        return []
     missing = missing_special_tokens(tokenizer)
     if missing:
         tokenizer.add_tokens(missing, special_tokens=True)
