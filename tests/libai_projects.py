@@ -1,4 +1,4 @@
-"""LiBai main's projects (MoCo v3, MAE, SimCSE) as shipped, for the tests: their folders taken from an archive of
+"""LiBai main's projects (MoCo v3, MAE, SimCSE, Llama, ChatGLM) as shipped, for the tests: their folders taken from an archive of
 LiBai main at the pinned commit, the user's adoption of the plugin written into a copy of each script, the data
 they read, and the command-line overrides that size them for CPU ranks.
 
@@ -20,6 +20,13 @@ imports LiBai's ``configs.common``).  Its folder here is such a checkout: LiBai 
 Its data (Chinese SNLI and STS, BERT's Chinese vocabulary) are downloads: ``write_simcse_data`` writes the same
 files in the same formats from real English sentences and the WordPiece vocabulary of ``libai_ext.data.text_data``.
 
+Llama's SFT runs from a LiBai checkout too (its modules import ``projects.Llama`` and ``libai.inference``, which
+pip's install of LiBai main lacks): ``make_libai_checkout``; its data (a Llama-2 checkpoint and the Alpaca set) are
+downloads: ``write_llama_data`` writes a small HuggingFace-format Llama, a SentencePiece tokenizer and Alpaca-format
+samples from the same English text.  ChatGLM's SFT the same way (``projects.ChatGLM``, ``libai.inference``):
+``write_chatglm_data`` writes a small HuggingFace-format ChatGLM3, its SentencePiece tokenizer and SFT samples in
+its JSON format, and its config reads their folders from ``DATA_DIR`` and ``CHATGLM_HF_DIR`` (``chatglm_env``).
+
 The projects import torch at module level for their PyTorch checkpoint converters, which these runs never call;
 ``tests/project_stubs/torch`` stands in for that import (any use of it raises).
 """
@@ -30,7 +37,7 @@ import tarfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCH_STAND_IN = os.path.join(ROOT, "tests", "project_stubs")
-PROJECTS = ("MOCOV3", "MAE", "SimCSE", "ChatGLM")
+PROJECTS = ("MOCOV3", "MAE", "SimCSE", "Llama", "ChatGLM")
 
 # project: (its script, the adoption's edits of that script, the stock repairs: {file: edits})
 IMPORT = ("from libai.utils.checkpoint import Checkpointer\n",
@@ -47,6 +54,7 @@ LIBAI_SEEDING = ("    seed_for_rank = cfg.train.seed + flow.env.get_rank()\n"
                  "        flow.cuda.manual_seed(seed_for_rank)\n"
                  "    np.random.seed(seed_for_rank)\n"
                  "    random.seed(seed_for_rank)\n")
+LLAMA_SCRIPT = "projects/Llama/train_net.py"
 CHATGLM_SCRIPT = "projects/ChatGLM/train_net.py"
 SCRIPTS = {
     "MOCOV3": ("pretrain_net.py", [
@@ -67,11 +75,17 @@ SCRIPTS = {
         APPLY_PATCHES,
         (LIBAI_SEEDING, "    libai_ext.seed_from_config(cfg)\n"),
     ]),
-    "ChatGLM": (CHATGLM_SCRIPT, [  # run from a LiBai checkout, as its readme does: it imports projects.ChatGLM
+    "Llama": (LLAMA_SCRIPT, [
+        IMPORT,
+        ("class LlamaTrainer(DefaultTrainer):", "class LlamaTrainer(libai_ext.ConsistentBatchTrainer):"),
+        APPLY_PATCHES,
+        (MAE_SEEDING, "    libai_ext.seed_from_config(cfg)\n"),  # Llama's seeding block is MAE's, line for line
+    ]),
+    "ChatGLM": (CHATGLM_SCRIPT, [
         IMPORT,
         ("class ChatGLMTrainer(DefaultTrainer):", "class ChatGLMTrainer(libai_ext.ConsistentBatchTrainer):"),
         APPLY_PATCHES,
-        (MAE_SEEDING, "    libai_ext.seed_from_config(cfg)\n"),  # MAE's seeding block, line for line
+        (MAE_SEEDING, "    libai_ext.seed_from_config(cfg)\n"),  # MAE's too
     ]),
 }
 STOCK_REPAIRS = {
@@ -83,12 +97,9 @@ STOCK_REPAIRS = {
     ]},
     "MAE": {"train_net.py": [IMPORT, APPLY_PATCHES, ("    flow.cuda.manual_seed(seed_for_rank)\n", "")]},
     "SimCSE": {"tools/train_net.py": [IMPORT, APPLY_PATCHES]},
+    "Llama": {LLAMA_SCRIPT: [IMPORT, APPLY_PATCHES, ("    flow.cuda.manual_seed(seed_for_rank)\n", "")]},
     "ChatGLM": {CHATGLM_SCRIPT: [IMPORT, APPLY_PATCHES, ("    flow.cuda.manual_seed(seed_for_rank)\n", "")]},
 }
-# A run of a project with its own overrides: ChatGLM's SFT with LoRA (its dropout on) and the model's dropout on
-VARIANTS = {"ChatGLM-LoRA": ("ChatGLM", ["model.cfg.lora_enable=True", "model.cfg.lora_cfg.lora_dropout=0.1",
-                                         "model.cfg.hidden_dropout=0.1"])}
-LIBAI_SOURCE = "libai_main_source"  # beside the projects: LiBai main's libai/ as a checkout has it
 ADOPTED_SUFFIX = "_libai_ext.py"
 
 
@@ -110,13 +121,11 @@ def projects_archive():
 
 def extract_projects(dest):
     """``{project: folder}`` of the projects under ``dest``, extracted from ``projects_archive()`` (SimCSE's: a
-    LiBai checkout holding it, with LiBai main's ``configs/`` and ``tools/train_net.py``; ChatGLM's: one with
-    ``configs/``), and LiBai main's ``libai/`` as a source checkout has it in ``dest/LIBAI_SOURCE``
-    (``libai_source_first``)."""
+    LiBai checkout holding it, with LiBai main's ``configs/`` and ``tools/train_net.py``)."""
     from conftest import copy_from_libai_source
 
     folders = {project: os.path.join(dest, project) for project in PROJECTS}
-    checkout = {project: os.path.join(project, "projects", project) for project in ("SimCSE", "ChatGLM")}
+    checkout = {project: os.path.join(project, "projects", project) for project in ("SimCSE", "Llama", "ChatGLM")}
     with tarfile.open(projects_archive()) as archive:
         for member in archive.getmembers():
             parts = member.name.split("/")
@@ -124,25 +133,11 @@ def extract_projects(dest):
                 member.name = os.path.join(checkout.get(parts[2], parts[2]), *parts[3:])
                 archive.extract(member, dest)
     copy_from_libai_source(folders["SimCSE"], lambda parts: parts[0] == "configs" or parts == ["tools", "train_net.py"])
-    copy_from_libai_source(folders["ChatGLM"], lambda parts: parts[0] == "configs")
-    copy_from_libai_source(os.path.join(dest, LIBAI_SOURCE), lambda parts: parts[0] == "libai")
+    make_libai_checkout(folders["Llama"])
+    make_libai_checkout(folders["ChatGLM"])
     for project in PROJECTS:
         assert os.path.isfile(os.path.join(folders[project], SCRIPTS[project][0])), (project, dest)
     return folders
-
-
-def libai_source_first(env, projects):
-    """``env`` for a launch running LiBai main from its source, as LiBai's docs install it (``pip install -e .``):
-    ChatGLM imports ``libai.inference``, which pip's install of LiBai main lacks (the folder has no
-    ``__init__.py``).  The source goes first on ``PYTHONPATH`` for every run of the launch, since a process holds
-    one ``libai`` (the installed one is the same commit's code, without that folder).  LiBai's start-up compile
-    step then runs ``make`` in the source's ``libai/data/data_utils``, as in a checkout: it needs pybind11, which
-    this interpreter's folder holds, first on ``PATH``."""
-    import sys
-
-    source = os.path.join(os.path.dirname(projects["ChatGLM"]), LIBAI_SOURCE)
-    return dict(env, PYTHONPATH=os.pathsep.join(filter(None, [source, env.get("PYTHONPATH")])),
-                PATH=os.pathsep.join(filter(None, [os.path.dirname(sys.executable), env.get("PATH")])))
 
 
 def edit_once(path, edits, out_path=None):
@@ -195,44 +190,258 @@ def write_simcse_data(text_root, dest, sentences=200, pairs=20):
     return dest
 
 
+def make_libai_checkout(folder):
+    """Make ``folder`` (holding ``projects/Llama`` or ``projects/ChatGLM``) a LiBai main checkout as ``pip install -e .`` leaves one: LiBai
+    main's ``libai/`` (with ``libai/inference``, which pip's install from the archive lacks) and ``configs/`` from its
+    source, plus what setup.py writes there, ``libai/version.py`` and the compiled dataset helpers, copied from the
+    installed LiBai.  Not the helpers' Makefile: LiBai's start-up would run it, and its ``python3`` is whatever the
+    host's PATH names (libai_ext's ``compile_step`` repair skips the step where no Makefile is, as after pip's
+    install).  Every run of a launch that holds a Llama or ChatGLM run imports LiBai from here (``libai_checkout``)."""
+    import glob
+
+    import libai
+
+    from conftest import copy_from_libai_source
+
+    copy_from_libai_source(folder, lambda parts: parts[0] in ("libai", "configs") and parts[-1] != "Makefile")
+    installed = os.path.dirname(libai.__file__)
+    built = [os.path.join(installed, "version.py")] + glob.glob(os.path.join(installed, "data", "data_utils", "helpers*"))
+    for path in built:
+        if not path.endswith(".cpp"):
+            shutil.copy(path, os.path.join(folder, "libai", os.path.relpath(os.path.dirname(path), installed)))
+    return folder
+
+
+def libai_checkout(plan):
+    """The LiBai checkout a launch of ``plan`` imports LiBai from (the first run folder holding ``libai/``: Llama's
+    or its stock copy), or None."""
+    return next((entry["folder"] for entry in plan if os.path.isdir(os.path.join(entry["folder"], "libai"))), None)
+
+
+# The HuggingFace Llama checkpoint Llama's loader reads (config.json's keys; the loader overwrites model.cfg from it)
+LLAMA = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128, vocab_size=128,
+             max_position_embeddings=64, rms_norm_eps=1e-5, initializer_range=0.02)
+LLAMA_SEQUENCE = 64
+LLAMA_GLOBAL_BATCH = 16
+LLAMA_ACCUMULATION = 8  # llama_sft.py's
+
+
+def write_llama_tokenizer(text_root, dest, vocab_size=LLAMA["vocab_size"]):
+    """A SentencePiece BPE model of ``vocab_size`` pieces (Llama's and ChatGLM's ids: <unk> 0, <s> 1, </s> 2) trained
+    on the real English sentences of ``libai_ext.data.text_data`` at ``text_root``: ``dest``/tokenizer.model."""
+    import sentencepiece as spm
+
+    from libai_ext.data.text_data import FILES
+
+    with open(os.path.join(text_root, FILES["sentences"])) as f:
+        sentences = [json.loads(line)["text"] for line in f]
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(sentences), model_prefix=os.path.join(dest, "tokenizer"),
+                                   vocab_size=vocab_size, model_type="bpe", character_coverage=1.0,
+                                   num_threads=1, minloglevel=2)
+    return sentences, spm.SentencePieceProcessor(model_file=os.path.join(dest, "tokenizer.model"))
+
+
+def write_llama_checkpoint(dest, seed=0):
+    """A HuggingFace-format Llama in ``dest``: ``config.json`` and ``model.safetensors`` (HF's key names), weights
+    drawn from a fixed numpy seed with 10 times config.json's ``initializer_range`` (norm weights around 1): loaded,
+    they give a first loss of about 6.4, where weights drawn by LiBai's own initialisation give about ln(128) = 4.85
+    (tests/test_libai_projects.py checks it)."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    rng = np.random.RandomState(seed)
+    hidden, inner, vocab = LLAMA["hidden_size"], LLAMA["intermediate_size"], LLAMA["vocab_size"]
+
+    def normal(*shape, mean=0.0, std=10 * LLAMA["initializer_range"]):
+        return (mean + std * rng.standard_normal(shape)).astype(np.float32)
+
+    weights = {"model.embed_tokens.weight": normal(vocab, hidden)}
+    for n in range(LLAMA["num_hidden_layers"]):
+        layer = f"model.layers.{n}."
+        weights.update({layer + f"self_attn.{p}_proj.weight": normal(hidden, hidden) for p in "qkvo"})
+        weights.update({layer + "mlp.gate_proj.weight": normal(inner, hidden), layer + "mlp.up_proj.weight":
+                        normal(inner, hidden), layer + "mlp.down_proj.weight": normal(hidden, inner)})
+        weights.update({layer + f"{norm}.weight": normal(hidden, mean=1.0, std=0.1)
+                        for norm in ("input_layernorm", "post_attention_layernorm")})
+    weights.update({"model.norm.weight": normal(hidden, mean=1.0, std=0.1), "lm_head.weight": normal(vocab, hidden)})
+    save_file(weights, os.path.join(dest, "model.safetensors"))
+    with open(os.path.join(dest, "config.json"), "w") as f:
+        json.dump(dict(LLAMA, architectures=["LlamaForCausalLM"], model_type="llama", hidden_act="silu",
+                       bos_token_id=1, eos_token_id=2, tie_word_embeddings=False), f, indent=1)
+    return dest
+
+
+def alpaca_sample(tokens, prompt, response):
+    """One sample as Llama's ``utils/prepare_alpaca.py`` (``prepare_sample``, ``mask_inputs`` as shipped) encodes it,
+    from token ids: ``<s>`` prompt response ``</s>``, cut or padded to ``LLAMA_SEQUENCE + 1`` tokens, labels -1 on
+    the prompt and the padding, inputs 0 on the padding, then shifted by one."""
+    import oneflow as flow
+
+    example = ([tokens.bos_id()] + prompt + response + [tokens.eos_id()])[:LLAMA_SEQUENCE + 1]
+    example += [-1] * (LLAMA_SEQUENCE + 1 - len(example))
+    labels = ([-1] * (1 + len(prompt)) + example[1 + len(prompt):])[:LLAMA_SEQUENCE + 1]
+    inputs = [max(token, 0) for token in example]
+    return {"input_ids": flow.tensor(inputs[:-1], dtype=flow.long), "labels": flow.tensor(labels[1:], dtype=flow.long)}
+
+
+def write_llama_data(text_root, dest, train=200, test=16):
+    """Llama's SFT inputs under ``dest``: ``checkpoint/`` (``write_llama_checkpoint`` and
+    ``write_llama_tokenizer``'s ``tokenizer.model``) and ``alpaca_data/{train,test}`` as ``AlpacaDataset`` reads them
+    (``flow.save`` of a list of ``alpaca_sample``s).  Instruction and response are the first 2-5 and 2-12 words of
+    consecutive real sentences, prompts shorter than 32 tokens, without
+    prepare_alpaca.py's prompt template, which alone takes more than 64 tokens of
+    a 128-piece vocabulary: samples hold different numbers of masked and padding tokens, as Alpaca's do."""
+    import oneflow as flow
+
+    checkpoint = os.path.join(dest, "checkpoint")
+    os.makedirs(checkpoint, exist_ok=True)
+    sentences, tokens = write_llama_tokenizer(text_root, checkpoint)
+    write_llama_checkpoint(checkpoint)
+    words = [sentence.split() for sentence in sentences]
+    pairs = [(tokens.encode(" ".join(words[2 * n][:2 + n % 4])), tokens.encode(" ".join(words[2 * n + 1][:2 + 3 * n % 11])))
+             for n in range(len(words) // 2)]
+    pairs = [(prompt, response) for prompt, response in pairs if len(prompt) < LLAMA_SEQUENCE // 2][:train + test]
+    samples = [alpaca_sample(tokens, prompt, response) for prompt, response in pairs]
+    os.makedirs(os.path.join(dest, "alpaca_data"), exist_ok=True)
+    flow.save(samples[:train], os.path.join(dest, "alpaca_data", "train"))
+    flow.save(samples[train:], os.path.join(dest, "alpaca_data", "test"))
+    return dest
+
+
+def run_sizes(iters, dp, tp, pp, layers, global_batch, accumulation):
+    """The overrides every project's run shares: its layout, ``global_batch`` in ``accumulation`` micro-batches a
+    step, ``iters`` steps logged each, the seed, no checkpoints, no evaluation, the data read in the process."""
+    return [f"train.dist.data_parallel_size={dp}", f"train.dist.tensor_parallel_size={tp}",
+            f"train.dist.pipeline_parallel_size={pp}", f"train.dist.pipeline_num_layers={layers}",
+            f"train.train_micro_batch_size={global_batch // dp // accumulation}",
+            f"train.num_accumulation_steps={accumulation}",
+            f"train.train_iter={iters}", "train.train_epoch=0", "train.log_period=1", "train.seed=1234",
+            "train.checkpointer.period=100000", "dataloader.train.num_workers=0", "train.evaluation.enabled=False"]
+
+
+def llama_overrides(data, iters, dp=1, tp=1, pp=1, graph=None, accumulation=None):
+    """Llama's SFT sized for CPU ranks on ``write_llama_data``'s folder: the model's sizes come from the checkpoint's
+    config.json (``LLAMA``), global batch 16 in ``accumulation`` micro-batches (8, as llama_sft.py ships; graph
+    runs take 1, as MAE's do), activation checkpointing as shipped, ``iters`` optimizer steps."""
+    if accumulation is None:
+        accumulation = 1 if graph else LLAMA_ACCUMULATION
+    checkpoint = os.path.join(data, "checkpoint")
+    tokenizer = os.path.join(checkpoint, "tokenizer.model")
+    sizes = run_sizes(iters, dp, tp, pp, LLAMA["num_hidden_layers"], LLAMA_GLOBAL_BATCH, accumulation)
+    inputs = [f"model.cfg.pretrained_model_path={checkpoint}", f"tokenization.tokenizer.pretrained_model_path={tokenizer}",
+              f"dataloader.train.dataset.0.path={os.path.join(data, 'alpaca_data', 'train')}",
+              f"dataloader.train.dataset.0.tokenizer.pretrained_model_path={tokenizer}",
+              f"dataloader.test.0.dataset.path={os.path.join(data, 'alpaca_data', 'test')}", "dataloader.test.0.num_workers=0",
+              f"dataloader.test.0.dataset.tokenizer.pretrained_model_path={tokenizer}"]
+    if graph is not None:
+        inputs.append(f"graph.enabled={graph}")
+    return CPU + sizes + inputs
+
+
+# ChatGLM's HuggingFace checkpoint at CPU size: ChatGLM3's architecture (rotary, RMSNorm, multi-query attention with
+# 2 groups, SwiGLU, a QKV bias only) with 2 layers of width 64.  config.json leaves the dropouts out (HF's holds them
+# at 0.0): LiBai's loader overwrites model.cfg with every key config.json holds, and the LoRA runs set hidden_dropout.
+CHATGLM = dict(num_layers=2, hidden_size=64, num_attention_heads=4, kv_channels=16, ffn_hidden_size=128,
+               multi_query_attention=True, multi_query_group_num=2, padded_vocab_size=512, seq_length=64,
+               layernorm_epsilon=1e-5, rmsnorm=True, add_bias_linear=False, add_qkv_bias=True,
+               apply_query_key_layer_scaling=True, attention_softmax_in_fp32=True,
+               apply_residual_connection_post_layernorm=False, fp32_residual_connection=False,
+               post_layer_norm=True, tie_word_embeddings=False, eos_token_id=2, pad_token_id=0)
+CHATGLM_PIECES = 500  # ChatGLM's tokenizer numbers its 9 special tokens after the pieces: 509 ids in 512 rows
+CHATGLM_GLOBAL_BATCH = 16
+CHATGLM_ACCUMULATION = 8  # chatglm_sft.py's
+# LoRA on the QKV projection as chatglm_config.py sets it, with its dropout and the model's hidden dropout on
+CHATGLM_LORA = ("model.cfg.lora_enable=True", "model.cfg.lora_cfg.lora_dropout=0.1", "model.cfg.hidden_dropout=0.1")
+
+
+def chatglm_hf_weights(seed=0):
+    """``{HF ChatGLM key: float32 array}`` of ``CHATGLM``'s sizes from a fixed numpy seed, 10 times the scale of
+    LiBai's initialisation (norm weights around 1): loaded, they give another first loss than LiBai's own."""
+    import numpy as np
+
+    rng = np.random.RandomState(seed)
+    hidden, head, vocab = CHATGLM["hidden_size"], CHATGLM["kv_channels"], CHATGLM["padded_vocab_size"]
+    heads, qkv = CHATGLM["num_attention_heads"] * head, (CHATGLM["num_attention_heads"] + 2 * CHATGLM["multi_query_group_num"]) * head
+    shapes = {"transformer.embedding.word_embeddings.weight": (vocab, hidden),
+              "transformer.encoder.final_layernorm.weight": (hidden,), "transformer.output_layer.weight": (vocab, hidden)}
+    for n in range(CHATGLM["num_layers"]):
+        layer = f"transformer.encoder.layers.{n}."
+        shapes.update({layer + "input_layernorm.weight": (hidden,), layer + "post_attention_layernorm.weight": (hidden,),
+                       layer + "self_attention.query_key_value.weight": (qkv, hidden),
+                       layer + "self_attention.query_key_value.bias": (qkv,),
+                       layer + "self_attention.dense.weight": (hidden, heads),
+                       layer + "mlp.dense_h_to_4h.weight": (2 * CHATGLM["ffn_hidden_size"], hidden),
+                       layer + "mlp.dense_4h_to_h.weight": (hidden, CHATGLM["ffn_hidden_size"])})
+    weights = {key: (1 + 0.1 * rng.standard_normal(shape) if key.endswith("layernorm.weight")
+                     else 0.2 * rng.standard_normal(shape)).astype(np.float32) for key, shape in shapes.items()}
+    # HF's checkpoint holds the rotary frequencies too (LiBai's ChatGLM loader drops them)
+    weights["transformer.rotary_pos_emb.inv_freq"] = 1.0 / 10000 ** (np.arange(0, head // 2, 2, dtype=np.float32) / (head // 2))
+    return weights
+
+
+def write_chatglm_data(text_root, dest, samples=200):
+    """ChatGLM's SFT inputs under ``dest``: ``hf/`` (``CHATGLM_HF_DIR``: config.json, model.safetensors of
+    ``chatglm_hf_weights``, ``write_llama_tokenizer``'s tokenizer.model of ``CHATGLM_PIECES`` pieces) and ``sft/``
+    (``DATA_DIR``: train.json and test.json as ``ChatGLMTrainDataset`` reads them, ``{"prompt": [...], "query":
+    [...], "response": [...]}``, query and response two consecutive real sentences)."""
+    from safetensors.numpy import save_file
+
+    hf, sft = os.path.join(dest, "hf"), os.path.join(dest, "sft")
+    os.makedirs(hf, exist_ok=True)
+    os.makedirs(sft, exist_ok=True)
+    sentences, _ = write_llama_tokenizer(text_root, hf, CHATGLM_PIECES)
+    save_file(chatglm_hf_weights(), os.path.join(hf, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(hf, "config.json"), "w") as f:
+        json.dump(dict(CHATGLM, architectures=["ChatGLMModel"], model_type="chatglm", torch_dtype="float32"), f, indent=1)
+    for split, first in (("train", 0), ("test", 2 * samples)):
+        pairs = range(first, first + 2 * samples, 2)
+        with open(os.path.join(sft, f"{split}.json"), "w") as f:
+            json.dump({"prompt": ["Continue: "] * samples, "query": [sentences[i] for i in pairs],
+                       "response": [sentences[i + 1] for i in pairs]}, f)
+    return dest
+
+
+def chatglm_env(data):
+    """The environment variables chatglm_sft.py reads when it loads, for ``write_chatglm_data``'s folder."""
+    return {"DATA_DIR": os.path.join(data, "sft"), "CHATGLM_HF_DIR": os.path.join(data, "hf")}
+
+
+def chatglm_overrides(data, iters, dp=1, tp=1, pp=1, graph=None, accumulation=None):
+    """ChatGLM's SFT sized for CPU ranks on ``write_chatglm_data``'s folder: the model's sizes come from the
+    checkpoint's config.json (``CHATGLM``), samples of 64 tokens, global batch 16 in ``accumulation`` micro-batches
+    (8 as chatglm_sft.py ships, eager; graph mode, which it ships on, 1, as MAE's), activation checkpointing as
+    shipped, ``iters`` optimizer steps.  chatglm_config.py's ``pretrained_model_path`` is a relative
+    "chatglm/chatglm2-6b": set to the checkpoint CHATGLM_HF_DIR names."""
+    graph = True if graph is None else graph
+    if accumulation is None:
+        accumulation = 1 if graph else CHATGLM_ACCUMULATION
+    sizes = run_sizes(iters, dp, tp, pp, CHATGLM["num_layers"], CHATGLM_GLOBAL_BATCH, accumulation)
+    inputs = [f"model.cfg.pretrained_model_path={chatglm_env(data)['CHATGLM_HF_DIR']}", f"graph.enabled={graph}"]
+    inputs += [f"dataloader.train.dataset.0.{k}={v}" for k, v in dict(max_source_len=32, max_target_len=31,
+                                                                       max_length=64).items()]
+    return CPU + sizes + inputs
+
+
 CPU = ["train.dist.device_type=cpu", "train.input_placement_device=cpu", "train.rdma_enabled=False",
        "train.amp.enabled=False"]
 VIT = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2)
 BERT = dict(hidden_size=64, num_attention_heads=4, hidden_layers=2, intermediate_size=256, vocab_size=2048)
 GLOBAL_BATCH = 8
-CHATGLM_GLOBAL_BATCH = 16
-CHATGLM_ACCUMULATION = 8  # as chatglm_sft.py ships
 
 
-def project_of(run):
-    """The project folder of a run name (``VARIANTS``: a project with overrides of its own)."""
-    return VARIANTS[run][0] if run in VARIANTS else run
-
-
-def accumulation_of(project, graph):
-    """Micro-batches a step: MAE's 2 and ChatGLM's 8 as their configs set, but 1 in graph mode (``overrides``)."""
-    if graph or (graph is None and project_of(project) == "ChatGLM"):  # chatglm_sft.py ships graph mode on
-        return 1
-    return {"MAE": 2, "ChatGLM": CHATGLM_ACCUMULATION}.get(project_of(project), 1)
-
-
-def overrides(project, data, iters, dp=1, tp=1, pp=1, graph=None):
-    """The CPU-sized run of ``project`` (or a ``VARIANTS`` run) on ``data`` (MoCo and MAE: the digits in ImageNet's
-    layout at 32 x 32 and a ViT of depth 2 and width 32; SimCSE: ``write_simcse_data``'s folder and a BERT of depth
-    2 and width 64; ChatGLM: ``write_chatglm_checkpoint``'s model, ``CHATGLM``, on ``write_chatglm_data``'s
-    samples of 64 tokens), global batch 8 (ChatGLM: 16), ``iters`` iterations.  MAE takes 2 micro-batches a step
-    and ChatGLM 8, as their configs accumulate; in graph mode 1, since OneFlow 0.9.0's CPU graphs with gradient
-    accumulation now and then compute a wrong gradient (docs/upstream-bugs.md §32)."""
-    accumulation = accumulation_of(project, graph)
-    batch = CHATGLM_GLOBAL_BATCH if project_of(project) == "ChatGLM" else GLOBAL_BATCH
-    layers = {"MAE": 2 * VIT["depth"],  # MAE's decoder blocks take layer_idx after the encoder's
-              "ChatGLM": CHATGLM["num_layers"]}.get(project_of(project), VIT["depth"])
-    sizes = [f"train.dist.data_parallel_size={dp}", f"train.dist.tensor_parallel_size={tp}",
-             f"train.dist.pipeline_parallel_size={pp}", f"train.dist.pipeline_num_layers={layers}",
-             f"train.train_micro_batch_size={batch // dp // accumulation}",
-             f"train.num_accumulation_steps={accumulation}",
-             f"train.train_iter={iters}", "train.train_epoch=0", "train.log_period=1", "train.seed=1234",
-             "train.checkpointer.period=100000", "dataloader.train.num_workers=0", "train.evaluation.enabled=False"]
+def overrides(project, data, iters, dp=1, tp=1, pp=1, graph=None, accumulation=None):
+    """The CPU-sized run of ``project`` on ``data`` (MoCo and MAE: the digits in ImageNet's layout at 32 x 32 and a
+    ViT of depth 2 and width 32; SimCSE: ``write_simcse_data``'s folder and a BERT of depth 2 and width 64),
+    global batch 8 (MAE: 2 micro-batches a step, as its config accumulates; in graph mode 1, since OneFlow 0.9.0's
+    CPU graphs with gradient accumulation now and then compute a wrong gradient, docs/upstream-bugs.md §32),
+    ``iters`` iterations."""
+    if project == "Llama":
+        return llama_overrides(data, iters, dp, tp, pp, graph, accumulation)
+    if project == "ChatGLM":
+        return chatglm_overrides(data, iters, dp, tp, pp, graph, accumulation)
+    accumulation = 2 if project == "MAE" and not graph else 1
+    layers = VIT["depth"] * (2 if project == "MAE" else 1)  # MAE's decoder blocks take layer_idx after the encoder's
+    sizes = run_sizes(iters, dp, tp, pp, layers, GLOBAL_BATCH, accumulation)
     if project == "SimCSE":
         # No pretrained weights (a download, read with torch).  LiBai's fused attention softmax is off: with
         # SimCSE's apply_query_key_layer_scaling=False LiBai passes it scale=None and SimCSE's int64 mask, which
@@ -247,12 +456,6 @@ def overrides(project, data, iters, dp=1, tp=1, pp=1, graph=None):
         inputs = [f"tokenization.tokenizer.vocab_file={vocab}"]
         for where, keys in read.items():
             inputs += [f"{where}.{k}={v}" for k, v in dict(keys, **{"tokenizer.vocab_file": vocab}).items()]
-    elif project_of(project) == "ChatGLM":
-        # DATA_DIR and CHATGLM_HF_DIR (``chatglm_env``) name the folders; the model's weights come from the folder
-        # CHATGLM_HF_DIR names too, which chatglm_config.py leaves at a relative "chatglm/chatglm2-6b"
-        model = [f"model.cfg.pretrained_model_path={os.path.join(data, 'hf')}", *VARIANTS.get(project, ("", []))[1]]
-        inputs = [f"dataloader.train.dataset.0.{k}={v}"
-                  for k, v in dict(max_source_len=32, max_target_len=31, max_length=64).items()]
     elif project == "MOCOV3":
         model = [f"model.{encoder}.{k}={v}" for encoder in ("base_encoder", "momentum_encoder")
                  for k, v in VIT.items()] + ["model.dim=16", "model.mlp_dim=64"]
@@ -273,95 +476,6 @@ def project_data(work, text_root):
     from libai_ext.data import ensure_digits_imagenet
 
     imagenet = ensure_digits_imagenet(os.path.join(work, "imagenet"))
-    chatglm = os.path.join(work, "chatglm")
-    write_chatglm_checkpoint(text_root, os.path.join(chatglm, "hf"))
-    write_chatglm_data(text_root, os.path.join(chatglm, "sft"))
     return {"MOCOV3": imagenet, "MAE": imagenet, "SimCSE": write_simcse_data(text_root, os.path.join(work, "simcse")),
-            "ChatGLM": chatglm}
-
-
-def chatglm_env(data):
-    """The environment variables chatglm_sft.py reads when it loads, for ``project_data``'s ChatGLM folder."""
-    return {"DATA_DIR": os.path.join(data, "sft"), "CHATGLM_HF_DIR": os.path.join(data, "hf")}
-
-
-# ChatGLM's HuggingFace checkpoint at CPU size: ChatGLM3's architecture (rotary, RMSNorm, multi-query attention
-# with 2 groups, SwiGLU, QKV bias only) with 2 layers of width 64.  The dropouts are left out of config.json (HF's
-# has them at 0.0), so that the LiBai config's values stand and an override sets them: LiBai's loader overwrites
-# model.cfg with every key config.json holds.
-CHATGLM = dict(num_layers=2, hidden_size=64, num_attention_heads=4, kv_channels=16, ffn_hidden_size=128,
-               multi_query_attention=True, multi_query_group_num=2, padded_vocab_size=512, seq_length=64,
-               layernorm_epsilon=1e-5, rmsnorm=True, add_bias_linear=False, add_qkv_bias=True,
-               apply_query_key_layer_scaling=True, attention_softmax_in_fp32=True,
-               apply_residual_connection_post_layernorm=False, fp32_residual_connection=False,
-               post_layer_norm=True, tie_word_embeddings=False, eos_token_id=2, pad_token_id=0)
-CHATGLM_SENTENCEPIECE_SIZE = 500  # + ChatGLM's 9 special tokens after it: 509 ids within the 512 rows
-
-
-def chatglm_hf_weights(cfg, seed=0):
-    """``{HF ChatGLM key: float32 array}`` of ``cfg``'s sizes, drawn from a fixed numpy seed."""
-    import numpy as np
-
-    rng = np.random.RandomState(seed)
-    hidden, head = cfg["hidden_size"], cfg["kv_channels"]
-    qkv = cfg["num_attention_heads"] * head + 2 * cfg["multi_query_group_num"] * head
-    shapes = {"transformer.embedding.word_embeddings.weight": (cfg["padded_vocab_size"], hidden),
-              "transformer.encoder.final_layernorm.weight": (hidden,),
-              "transformer.output_layer.weight": (cfg["padded_vocab_size"], hidden)}
-    for i in range(cfg["num_layers"]):
-        layer = f"transformer.encoder.layers.{i}."
-        shapes.update({layer + "input_layernorm.weight": (hidden,),
-                       layer + "self_attention.query_key_value.weight": (qkv, hidden),
-                       layer + "self_attention.query_key_value.bias": (qkv,),
-                       layer + "self_attention.dense.weight": (hidden, cfg["num_attention_heads"] * head),
-                       layer + "post_attention_layernorm.weight": (hidden,),
-                       layer + "mlp.dense_h_to_4h.weight": (2 * cfg["ffn_hidden_size"], hidden),
-                       layer + "mlp.dense_4h_to_h.weight": (hidden, cfg["ffn_hidden_size"])})
-    weights = {key: (1 + 0.1 * rng.standard_normal(shape) if key.endswith("layernorm.weight")
-                     else 0.02 * rng.standard_normal(shape)).astype(np.float32) for key, shape in shapes.items()}
-    # HF's checkpoint holds the rotary frequencies too; LiBai's converter drops them
-    weights["transformer.rotary_pos_emb.inv_freq"] = (
-        1.0 / 10000 ** (np.arange(0, head // 2, 2, dtype=np.float32) / (head // 2)))
-    return weights
-
-
-def write_chatglm_checkpoint(text_root, dest):
-    """A HuggingFace ChatGLM folder at ``dest`` as ``CHATGLM_HF_DIR`` names it: ``config.json``, ``model.safetensors``
-    (``chatglm_hf_weights``) and ``tokenizer.model``, a SentencePiece model trained on the sentences of
-    ``libai_ext.data.text_data`` at ``text_root`` (unk, bos, eos at 0, 1, 2, as ChatGLM's tokenizer and config
-    expect; the tokenizer numbers its own special tokens after the model's pieces)."""
-    import sentencepiece
-    from safetensors.numpy import save_file
-
-    from libai_ext.data.text_data import FILES
-
-    os.makedirs(dest, exist_ok=True)
-    with open(os.path.join(text_root, FILES["sentences"])) as f:
-        text = [json.loads(line)["text"] for line in f]
-    sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(text), model_prefix=os.path.join(dest, "tokenizer"),
-        vocab_size=CHATGLM_SENTENCEPIECE_SIZE, model_type="bpe", num_threads=1, unk_id=0, bos_id=1, eos_id=2,
-        pad_id=-1, minloglevel=2)
-    os.remove(os.path.join(dest, "tokenizer.vocab"))
-    with open(os.path.join(dest, "config.json"), "w") as f:
-        json.dump(dict(CHATGLM, architectures=["ChatGLMModel"], model_type="chatglm", torch_dtype="float32"), f,
-                  indent=1)
-    save_file(chatglm_hf_weights(CHATGLM), os.path.join(dest, "model.safetensors"), metadata={"format": "pt"})
-    return dest
-
-
-def write_chatglm_data(text_root, dest, samples=200):
-    """ChatGLM's SFT data as its ``ChatGLMTrainDataset`` reads it, under ``dest`` (``DATA_DIR``): ``train.json`` and
-    ``test.json``, ``{"prompt": [...], "query": [...], "response": [...]}``, each pair of consecutive real sentences
-    of ``libai_ext.data.text_data`` a query and its response."""
-    from libai_ext.data.text_data import FILES
-
-    with open(os.path.join(text_root, FILES["sentences"])) as f:
-        text = [json.loads(line)["text"] for line in f]
-    os.makedirs(dest, exist_ok=True)
-    for split, first in (("train", 0), ("test", 2 * samples)):
-        pairs = range(first, first + 2 * samples, 2)
-        with open(os.path.join(dest, f"{split}.json"), "w") as f:
-            json.dump({"prompt": ["Continue: " for _ in pairs], "query": [text[i] for i in pairs],
-                       "response": [text[i + 1] for i in pairs]}, f)
-    return dest
+            "Llama": write_llama_data(text_root, os.path.join(work, "llama")),
+            "ChatGLM": write_chatglm_data(text_root, os.path.join(work, "chatglm"))}

@@ -21,6 +21,8 @@ from libai_ext.testing import write_rank_result
 def forget_modules_under(folders):
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None) or ""
+        if name.split(".")[0] == "libai":
+            continue  # a LiBai checkout's libai (Llama's folder, first on PYTHONPATH) serves the whole launch
         if any(path.startswith(folder + os.sep) for folder in folders):
             del sys.modules[name]
 
