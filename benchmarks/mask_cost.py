@@ -295,7 +295,7 @@ def stage_costs(size, dtype, device, repeats=7):
     x = make_input(2 * words, dtype, device).detach()
     generator = flow.Generator(device=device)
     runs = {
-        STAGES[0][0]: lambda: global_index.keyed_slice(shape, [0, 0], list(shape), keys, device)[0][0],
+        STAGES[0][0]: lambda: global_index.keyed_slice(shape, [0, 0], list(shape), keys, device)[0],
         STAGES[1][0]: lambda: [counter_rng.rotate_trunc(x0) for _ in range(3)],
         STAGES[2][0]: lambda: [counter_rng.quadratic(x0, d) for d in keys[2:]],
         STAGES[3][0]: lambda: counter_rng._keep_halves(x0, 6554, (0, 512), (0, 512), 0),

@@ -159,7 +159,7 @@ model, and with the number of ranks only through collectives of a few integers:
   at {params / 1e9:.2f} billion parameters), plus the float64 temporaries of the largest shard being re-drawn.
 - **A second build** only for a model whose build discards a random draw (LiBai main's `RobertaEmbeddings`; GPT,
   BERT, T5, ViT and Swin discard none): `param_init.untracked_reach`, called with `rebuild=` from
-  `ConsistentBatchTrainer._build_with_seeded_init`, builds the model again on every rank with other seeds to tell
+  `engine/model_work.py` (`_build_with_seeded_init`), builds the model again on every rank with other seeds to tell
   a discarded draw from one that reached the model untracked, holding both builds' shards at once. It is bounded:
   above `train.init_rebuild_limit_gib` (default {DEFAULT_REBUILD_LIMIT_GIB}) GiB of parameters and buffers on any rank the second
   build is not made and the discarded draws are refused with an error naming each parameter ([config-keys.md](config-keys.md));

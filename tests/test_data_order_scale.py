@@ -35,12 +35,14 @@ def sampler(n, dp, rank, micro, acc, consumed=0):
 
 
 def step_union(samplers, steps):
-    """``steps`` optimizer steps: per step, the concatenation over ranks (in rank order) of their batches."""
+    """``steps`` optimizer steps: per step, its micro-batches in order, each the concatenation over ranks (in
+    rank order) of their batches."""
     iterators = [iter(s) for s in samplers]
     per_step = samplers[0].batches_per_step
     out = []
     for _ in range(steps):
-        out.append(np.concatenate([np.concatenate([next(it) for _ in range(per_step)]) for it in iterators]))
+        ranks = [[next(it) for _ in range(per_step)] for it in iterators]
+        out.append(np.concatenate([batches[m] for m in range(per_step) for batches in ranks]))
     return out
 
 

@@ -85,8 +85,8 @@ def test_the_position_is_layout_free():
     saved = loader(16, dp=2, rank=1)
     read(saved, 2)
     one = flat(read(resumed(saved, 32), 1))
-    dp4_acc2 = [flat(read(resumed(saved, 4, dp=4, acc=2, rank=r), 2)) for r in range(4)]
-    assert one == flat(dp4_acc2) == order(0, 64, 96)
+    dp4_acc2 = [read(resumed(saved, 4, dp=4, acc=2, rank=r), 2) for r in range(4)]
+    assert one == flat(ranks[micro] for micro in range(2) for ranks in dp4_acc2) == order(0, 64, 96)
 
 
 def test_consumed_samples_follow_libai_convention_after_an_elastic_resume():
@@ -125,12 +125,13 @@ def as_instance(samples):
 
 
 def test_each_batch_says_where_it_lies():
-    """dp2 x acc2, micro-batch 4, rank 1: its slice of each global batch of 16 is positions 8-15."""
+    """dp2 x acc2, micro-batch 4, rank 1: its rows of each global batch of 16 are positions 4-7 (micro-batch 0,
+    positions 0-7 on both ranks) and 12-15 (micro-batch 1)."""
     sampler = GlobalOrderBatchSampler(Numbers(), 4, data_parallel_rank=1, data_parallel_size=2, seed=SEED,
                                       num_accumulation_steps=2)
     batches = read(GlobalOrderLoader(KeyedAugmentation(Numbers(), SEED, as_instance), sampler), 3)
-    assert [batch_position(b) for b in batches] == [(0, 0, 0, 8, 4), (0, 0, 1, 12, 4), (0, 1, 0, 8, 4)]
-    assert [b.get("values") for b in batches] == [order(0, 8, 12), order(0, 12, 16), order(0, 24, 28)]
+    assert [batch_position(b) for b in batches] == [(0, 0, 0, 4, 4), (0, 0, 1, 12, 4), (0, 1, 0, 4, 4)]
+    assert [b.get("values") for b in batches] == [order(0, 4, 8), order(0, 12, 16), order(0, 20, 24)]
     assert batch_position(read(loader(4), 1)[0]) is None, "a list (no Instance) carries no position"
 
 

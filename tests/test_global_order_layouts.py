@@ -118,8 +118,8 @@ def by_global_position(records):
     """{(step, position in the step's global batch): (index, image digest)} from every rank's own batches."""
     read = {}
     for record in records:
-        for i, (index, image) in enumerate(zip(record["indices"], record["images"])):
-            key = (record["step"], record["first"] + i)
+        for position, index, image in zip(record["positions"], record["indices"], record["images"]):
+            key = (record["step"], position)
             assert key not in read, f"position {key} read twice"
             read[key] = (index, image)
     return read

@@ -11,7 +11,10 @@ In-process (local tensors):
 * what cannot be reproduced is refused, naming the tensor and the call site (draws it cannot
   redo, ops it does not replay: a product, a norm; copies through numpy);
 * parameters created after the build (in forward) are refused (layout_invariant) or warned
-  about (fast) by name.
+  about (fast) by name;
+* a trainer's own ``build_model`` not calling ours (LiBai main's LLM projects: a loader builds the model and
+  loads its weights, a LoRA adapter is added) gets the model-side work: the loaded weights stay the file's, the
+  adapter's init is re-drawn, its dropout converted; a model replaced after ``build_model`` is refused.
 
 Multi-rank, two launches in the quick tier: one rank, and 4 ranks going through tp2 x pp2 and
 dp2 x tp2 in turn (rank_scripts/param_init.py sets LiBai's layout up again for each).  On every
@@ -20,14 +23,18 @@ bit-identical initial weights (every parameter and buffer) to 1 rank, while the 
 (train.randomness="fast", and stock LiBai's DefaultTrainer) differ on the tensor-parallel ones;
 LiBai's own GPT, BERT, ViT and T5 (tiny) are bit-identical too; and a LiBai ViT's EMA teacher
 (copy.deepcopy) and a load_state_dict copy equal their student on every layout, as ``w * 0.5``
-and ``flow.cat([w, w])`` of its tensor-parallel weight ``w`` equal those ops on ``w``.  The long tier
+and ``flow.cat([w, w])`` of its tensor-parallel weight ``w`` equal those ops on ``w``; the project trainer's
+model (loaded ViT, LoRA adapter) is bit-identical too, its loaded weights the file's.  The long tier
 adds tp2, pp2 and dp2 alone (one 2-rank launch).
 """
 import copy
 import functools
 import logging
 import math
+import os
+import tempfile
 import threading
+import types
 
 import numpy as np
 import oneflow as flow
@@ -507,6 +514,92 @@ def test_a_module_replaced_after_the_build_is_named_and_an_unchanged_model_passe
     assert not caplog.records
 
 
+# -- a project's own build_model (LiBai main's LLM projects) -------------------------------------------
+
+@pytest.fixture
+def project(tmp_path):
+    """tests/rank_scripts/param_init.py's ``ProjectTrainer`` on LiBai's one-rank layout in this process, its
+    pretrained file written; every patch and OneFlow's own random ops back afterwards."""
+    import param_init as script  # tests/rank_scripts/param_init.py
+
+    from libai_ext.compat import patching
+    from libai_ext.random.layers import stochastic_ops
+
+    with patching.restoring():
+        script.use_layout("1", 4)
+        script.ProjectTrainer.pretrained = str(tmp_path / "pretrained")
+        script.write_pretrained(script.ProjectTrainer.pretrained)
+        yield script
+        stochastic_ops.unroute_stochastic_ops()
+
+
+def test_a_build_model_override_not_calling_ours_gets_the_model_side_work(project, caplog):
+    """As LiBai main's LLM projects (build_model overridden without super(), the model built and loaded by a
+    loader, a LoRA adapter added): the loaded weights stay the file's bit for bit, only the adapter's random init
+    is re-drawn from train.seed (whatever OneFlow's generator; its zeros stay), its dropout is converted and keyed
+    by its name, and the log says so.  Before the wrapping, none of it happened."""
+    built = []
+    for generator_seed in (1, 2):
+        flow.manual_seed(generator_seed)
+        with caplog.at_level(logging.INFO, logger="libai_ext"):
+            built.append(project.ProjectTrainer.build_model(project.project_config()))
+    for model in built:
+        tensors = model.state_dict()
+        for name, value in project.loaded_values().items():
+            assert np.array_equal(tensors[name].to_local().numpy(), value), name
+        assert not tensors["head.lora_B.weight"].to_local().numpy().any()
+        dropout = model.head.lora_dropout
+        assert [type(dropout).__module__, getattr(dropout, "stream", None)] == PROJECT_DROPOUT
+    first, second = (model.head.lora_A.weight.to_local().numpy() for model in built)
+    assert np.array_equal(first, second) and first.std() > 0, "the adapter's init follows OneFlow's generator"
+    assert caplog.text.count("layout_invariant init of the model ProjectTrainer.build_model built: 1 randomly "
+                             "initialised tensors re-drawn") == 2 and "head.lora_dropout" in caplog.text
+    assert "other tensors keep their constant init or the values loaded into them): head.lora_A.weight\n" \
+        in caplog.text
+
+
+def test_a_build_model_calling_ours_gets_the_work_once_and_keeps_what_it_loads(project, caplog):
+    from libai_ext import ConsistentBatchTrainer
+
+    class Finetune(ConsistentBatchTrainer):  # LiBai main's MAE: super().build_model, then its weights loaded
+        @classmethod
+        def build_model(cls, cfg):
+            model = super().build_model(cfg)
+            project.load_pretrained(model, project.ProjectTrainer.pretrained)
+            return model
+
+    with caplog.at_level(logging.INFO, logger="libai_ext"):
+        model = Finetune.build_model(project.project_config())
+    tensors = model.state_dict()
+    assert all(np.array_equal(tensors[name].to_local().numpy(), value)
+               for name, value in project.pretrained_values(model).items())
+    assert caplog.text.count("layout_invariant init of the model") == 1
+    assert "the model test_a_build_model_calling_ours_gets_the_work_once_and_keeps_what_it_loads.<locals>." \
+           "Finetune.build_model built: 0 randomly" in caplog.text
+
+
+class Wrapped(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+
+def test_a_model_replaced_after_build_model_is_refused_when_training_starts(project):
+    from libai_ext.engine.model_work import check_trained
+
+    cfg = project.project_config()
+    built = project.ProjectTrainer.build_model(cfg)
+    check_trained(built, "the built model", project.ProjectTrainer)
+    trainer = object.__new__(project.ProjectTrainer)
+    trainer._trainer = types.SimpleNamespace(model=Wrapped(built))
+    with pytest.raises(RuntimeError, match=r"^ProjectTrainer\._trainer\.model \(Wrapped\) is not the model "
+                                           r"ProjectTrainer\.build_model returned: .* Build the model you train "
+                                           r"inside ProjectTrainer\.build_model"):
+        trainer.train()
+    with pytest.raises(RuntimeError, match=r"^the model handed to ProjectTrainer\.build_graph \(Wrapped\)"):
+        project.ProjectTrainer.build_graph(cfg, Wrapped(built))
+
+
 # -- multi-rank -------------------------------------------------------------------------------------
 
 FOUR_RANK_LAYOUTS = {4: ("tp2xpp2", "dp2xtp2")}
@@ -514,6 +607,7 @@ LONG_LAYOUTS = {2: ("tp2", "pp2", "dp2")}
 SWIN_BUILDS = ("layout_invariant", "fast", "stock")
 # LiBai main's RoBERTa builds BERT's embedding tables, then replaces them: draws discarded during the build.
 LIBAI_MODELS = ("gpt", "bert", "vit", "t5") + (("roberta",) if libai_line() is libai_main else ())
+PROJECT_DROPOUT = ["libai_ext.random.layers.stochastic", "head.lora_dropout"]  # converted, keyed by its name
 
 
 @functools.lru_cache(maxsize=None)
@@ -521,8 +615,10 @@ def weights(nproc, layouts):
     """{(layout, model, build): {name: [sha1, std]}} over every rank of one launch going through
     ``layouts``; replicas of a tensor must agree.  Plus the raw records by (layout, model, build)."""
     extra = ["--late"] if nproc == 1 else []
-    result = launch(rank_script("param_init.py"), nproc, timeout=600, args=["--layouts", ",".join(layouts), *extra])
-    per_layout = len(SWIN_BUILDS) + len(LIBAI_MODELS) + 1 + (2 if extra else 0)
+    pretrained = os.path.join(tempfile.mkdtemp(), "pretrained")
+    result = launch(rank_script("param_init.py"), nproc, timeout=600,
+                    args=["--layouts", ",".join(layouts), "--pretrained", pretrained, *extra])
+    per_layout = len(SWIN_BUILDS) + len(LIBAI_MODELS) + 2 + (2 if extra else 0)
     merged, records = {}, {}
     for rank, rank_records in records_of_every_rank(result, count=per_layout * len(layouts)).items():
         assert [r["layout"] for r in rank_records] == [layout for layout in layouts for _ in range(per_layout)]
@@ -569,6 +665,10 @@ def check_layout(nproc, layouts, layout):
     derived = [r["derived_exact"] for r in ema.values() if r["derived_exact"] is not None]
     assert derived and all(d == {"halved": True, "joined": True} for d in derived), ema
     assert parallel[layout, "ema", "layout_invariant"] == single["1", "ema", "layout_invariant"]
+    # A project's own build_model: the loaded weights are the file's, the adapter's init and dropout keyed.
+    assert parallel[layout, "project", "layout_invariant"] == single["1", "project", "layout_invariant"]
+    assert all(r["differ_from_file"] == [] and r["dropout"] == PROJECT_DROPOUT
+               for r in records[layout, "project", "layout_invariant"].values())
 
 
 def test_one_rank_reference_copies_follow_and_late_parameters_are_named():
@@ -581,6 +681,8 @@ def test_one_rank_reference_copies_follow_and_late_parameters_are_named():
     assert len(random) == 13  # ViT: 4 weights x 2 blocks, cls token, pos embed, patch conv weight+bias, head
     assert ema["followers"] == sorted(["halved", "joined"] + [f"{copy}.{n}" for copy in ("loaded", "teacher")
                                                               for n in random])
+    project = records["1", "project", "layout_invariant"][0]
+    assert project["differ_from_file"] == [] and project["dropout"] == PROJECT_DROPOUT
     refused = records["1", "late", "layout_invariant"][0]
     assert "lazy_scale" in refused["raised"] and "never trained" in refused["raised"]
     warned = records["1", "late", "fast"][0]

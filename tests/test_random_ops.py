@@ -171,7 +171,7 @@ def test_the_host_computes_the_bits_of_the_tensor_ops(shape, lo, hi, micro):
     from libai_ext.random.global_index import StepRows
 
     keys = counter_rng.stream_keys(3, "a stream", 5, 2)
-    rows = None if micro is None else StepRows(2, micro, 2)
+    rows = None if micro is None else StepRows(2, micro)
     np.testing.assert_array_equal(forward_draws.host_bits(shape, lo, hi, keys, rows).numpy(),
                                   counter_rng.local_counter_bits(shape, lo, hi, keys, device="cpu", rows=rows).numpy())
 

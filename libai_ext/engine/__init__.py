@@ -1,4 +1,5 @@
-"""The trainer and the batch path: ``ConsistentBatchTrainer`` (``trainer``), every field made global on stage 0
+"""The trainer and the batch path: ``ConsistentBatchTrainer`` (``trainer``), its model-side work on whatever
+``build_model`` builds, a subclass's own included (``model_work``), every field made global on stage 0
 and moved to its stage (``batch``), LiBai's loaders with the global order and first-stage-only reading
 (``global_loader``, ``stage0_loading``), a step's micro-batches (``step_batches``, ``step_schedule``), the check
 of a batch across ranks (``batch_check``), graph mode (``graph``), the trainer's hooks and raw losses (``hooks``,

@@ -2,17 +2,19 @@
 
 LiBai's eager trainer runs one micro-batch per iteration (it multiplies ``train_iter`` by
 ``train.num_accumulation_steps``).  Under ``train.randomness="layout_invariant"`` the global batch of
-optimizer step ``t`` is the same samples on any layout (the global-order sampler gives data-parallel
-rank ``r`` the contiguous positions ``[r * n * s, (r + 1) * n * s)`` of the step, in ``n``
-micro-batches of ``s``), and a global mixup must pair and weigh them as one batch, as 1 rank with
-the whole batch does.
+optimizer step ``t`` is the same samples on any layout, and so is each of its ``n`` micro-batches:
+micro-batch ``m`` is the positions ``[m * S, (m + 1) * S)`` of the step, ``S = dp * s``, of which the
+global-order sampler gives data-parallel rank ``r`` the ``s`` from ``m * S + r * s``.  A global
+mixup must pair and weigh the step's samples as one batch, as 1 rank with the whole batch does.
 
 ``StepBatchLoader`` reads a step's ``n`` micro-batches at its first micro-step.  ``get_batch`` then
 makes them one global stage-0 batch (one mixup draw keyed by the step, through the same path as any
 batch) and hands out micro-batch ``m`` as the rows ``[m * s, (m + 1) * s)`` of every data-parallel
-rank's block: positions ``r * n * s + m * s + i``, the numbering the stochastic layers use for
-their masks (``libai_ext.random.global_index.StepRows``).  A graph needs none of this: it takes the
-whole step at once and OneFlow splits it the same way.
+rank's block: the positions ``[m * S, (m + 1) * S)`` in order, the numbering the stochastic layers use
+for their masks (``libai_ext.random.global_index.StepRows``).  The joined step's row ``(r, m, i)``
+holds position ``m * S + r * s + i``; its flip (the global mixup's partner) holds ``G - 1`` minus
+that position, as on 1 rank.  A graph needs none of this: it takes the whole step at once and OneFlow
+splits each rank's rows the same way.
 """
 import oneflow as flow
 from libai.data.structures import DistTensorData, Instance

@@ -2,7 +2,6 @@
 import contextlib
 import functools
 import inspect
-import logging
 
 from libai.config import try_get_key
 from libai.config.lazy import locate
@@ -11,23 +10,18 @@ from libai.utils import distributed as dist
 
 from ..checkpoint.committed import use_committed_checkpoints, with_committed_retention
 from ..checkpoint.resume import choose_resume_checkpoint, continue_finished_run, load_checkpoint_or_weights
-from ..compat import batch_statistics, get_batch_api, graph_proxy_v0_1, vocab_padding
+from ..compat import get_batch_api, graph_proxy_v0_1, vocab_padding
 from ..compat.layout import placement_data_parallel_rank
 from ..compat.pipeline_stages import explain_mixed_stages
-from ..config.checks import recording_layer_indices, warn_on_pipeline_layer_mismatch
 from ..data.position import KEY as DATA_POSITION
 from ..lifetime.preemption import evaluate_interruptibly, preemptible
 from ..lifetime.startup import start_rank
-from ..random import (
-    DEFAULT_RANDOMNESS, modes, preserved_rng_state, recording_init, reinitialize, watch_late_parameters,
-)
-from ..random.audit import audit_stochastic_ops
+from ..random import DEFAULT_RANDOMNESS, preserved_rng_state
 from ..random.draws import drawing_step
-from ..random.layers import convert_stochastic_layers, name_stochastic_layers, stochastic_ops
-from ..random.param_init import DEFAULT_REBUILD_LIMIT_GIB
 from .batch import consistent_batch
 from .global_loader import layout_invariant, order_train_loaders, use_global_test_order, wants_global_order
 from .graph import check_graph_config, feed_step
+from .model_work import check_trained, model_work, wrap_build_model
 from .hooks import RawLossWriter
 from .stage0_loading import Stage0Batch, Stage0OnlyLoader
 from .step_batches import StepBatchLoader, StepMicroBatch
@@ -145,6 +139,10 @@ class ConsistentBatchTrainer(DefaultTrainer):
     split nor a resume changes who is mixed with whom, or how much.
     """
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        wrap_build_model(cls)  # a project's own build_model (not calling ours) gets the model-side work too
+
     def __init__(self, cfg):
         start_rank(cfg)  # what libai-ext-train's set-up did already; a project's own script has no such set-up
         choose_resume_checkpoint(cfg)
@@ -162,6 +160,7 @@ class ConsistentBatchTrainer(DefaultTrainer):
             position.check_resumed(resumed)
 
     def train(self):
+        check_trained(getattr(self._trainer, "model", None), f"{type(self).__qualname__}._trainer.model", type(self))
         with preemptible(self):  # its hook is the last of every step
             return super().train()
 
@@ -210,45 +209,8 @@ class ConsistentBatchTrainer(DefaultTrainer):
 
     @classmethod
     def build_model(cls, cfg):
-        randomness = try_get_key(cfg, "train.randomness", default=DEFAULT_RANDOMNESS)
-        with recording_layer_indices(cfg) as layer_indices:  # train.dist.pipeline_num_layers vs the model
-            if randomness != "layout_invariant":
-                model = super().build_model(cfg)
-            else:
-                model = cls._build_with_seeded_init(cfg)
-        warn_on_pipeline_layer_mismatch(cfg, model, layer_indices)
-        converted = convert_stochastic_layers(model)
-        if converted:
-            logging.getLogger(__name__).info("stochastic layers under libai_ext's streams: %s", ", ".join(converted))
-        name_stochastic_layers(model)
-        stochastic_ops.watch_model(model)
-        audit_stochastic_ops(model, randomness)
-        stochastic_ops.route_stochastic_ops()
-        if randomness == "layout_invariant":
-            # BatchNorm over the global batch, as on 1 rank
-            batch_statistics.route_batch_statistics(modes.layout_invariant)
-        # The optimizer gets the parameters right after this: later ones are refused / warned about.
-        return watch_late_parameters(model, refuse=randomness == "layout_invariant")
-
-    @classmethod
-    def _build_with_seeded_init(cls, cfg):
-        """Initial values from ``train.seed`` and each tensor's name alone (``libai_ext.random.param_init``)."""
-        seed = try_get_key(cfg, "train.seed", default=0)
-        build = functools.partial(super().build_model, cfg)
-        with recording_init() as recorder:
-            model = build()
-        # (``build`` again only if a draw reached no parameter: a discarded draw, or one that got in untracked)
-        limit = float(try_get_key(cfg, "train.init_rebuild_limit_gib", default=DEFAULT_REBUILD_LIMIT_GIB))
-        redrawn = reinitialize(model, recorder, seed, rebuild=build, rebuild_limit=int(limit * 2 ** 30))
-        logger = logging.getLogger(__name__)
-        followers = sum("(follows " in recipe for recipe in redrawn.values())
-        logger.info("layout_invariant init: %d randomly initialised tensors re-drawn from train.seed=%d, their "
-                    "names and global indices (the model's own distributions and ops; %d of them copies or "
-                    "derivations that follow their source; other tensors keep their constant init): %s",
-                    len(redrawn), seed, followers, ", ".join(redrawn))
-        for name, recipe in redrawn.items():
-            logger.debug("  %s ~ %s", name, recipe)
-        return model
+        """LiBai's build, inside libai_ext's model-side work (``engine.model_work``)."""
+        return model_work(cfg, functools.partial(super().build_model, cfg), "LiBai's build_model")
 
     @classmethod
     def build_graph(cls, cfg, model, optimizer=None, lr_scheduler=None, is_train=True):
@@ -262,6 +224,7 @@ class ConsistentBatchTrainer(DefaultTrainer):
         """
         if is_train:
             check_graph_config(cfg)  # what OneFlow cannot do on CPU ranks, for any graph class
+            check_trained(model, f"the model handed to {cls.__qualname__}.build_graph", cls)
         graph_proxy_v0_1.apply()
         return feed_step(super().build_graph(cfg, model, optimizer, lr_scheduler, is_train))
 

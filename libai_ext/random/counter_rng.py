@@ -180,9 +180,8 @@ def counter_bits(shape, keys, placement=None, sbp=None, device=None, rows=None, 
 def local_counter_bits(shape, lo, hi, keys, device=None, rows=None, rotate=rotate_mix):
     """``counter_bits`` of the slice ``[lo, hi)`` of a global tensor of ``shape``, from local ops
     (cheaper to launch than global ones), as a local tensor on ``device``."""
-    pieces = [mix(x0, keys, high, rotate)
-              for x0, high in global_index.keyed_slice(shape, lo, hi, keys, device, rows)]
-    return pieces[0] if len(pieces) == 1 else flow.cat(pieces, dim=0)
+    x0, high = global_index.keyed_slice(shape, lo, hi, keys, device, rows)
+    return mix(x0, keys, high, rotate)
 
 
 shard_box = global_index.shard_box

@@ -41,7 +41,7 @@ class Step:
         """How dim 0 sits in the step (None without accumulation: the tensor's own rows)."""
         if self.micro_batches == 1:
             return None
-        return StepRows(self.micro_batches, self.micro, self.data_parallel)
+        return StepRows(self.micro_batches, self.micro)
 
 
 @contextlib.contextmanager

@@ -90,7 +90,7 @@ class Draw:
         info = self.step_info
         if not self._accumulated() or (info.batch_rows is not None and dim0 != batch_rows):
             return None
-        return StepRows(info.micro_batches, info.micro, info.data_parallel)
+        return StepRows(info.micro_batches, info.micro)
 
     def local_box(self, shape):
         """``(global shape, lo, hi, rows)`` of a local tensor drawn on this rank."""

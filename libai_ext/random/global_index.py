@@ -11,10 +11,11 @@ stride times ``C`` modulo 2**32, so a rank only computes its own part.  Partial 
 replicas of the positions: they are indexed like broadcast.
 
 ``StepRows``: under gradient accumulation a micro-batch's dim 0 is numbered by its place in the
-step's global batch.  Data-parallel rank ``r`` reads the contiguous positions
-``[r * n * s, (r + 1) * n * s)`` of the step in ``n`` micro-batches of ``s`` rows, so row ``i`` of
-micro-batch ``m`` on that rank is position ``r * n * s + m * s + i``: the same position, hence the
-same bits, as on 1 rank with the whole global batch.
+step's global batch.  Micro-batch ``m`` of a step is its positions ``[m * S, (m + 1) * S)`` on
+every layout (``global_order``: data-parallel rank ``r`` reads ``[m * S + r * s, m * S + (r + 1) * s)``
+of it, ``S = dp * s``), so global row ``j`` of micro-batch ``m`` is position ``m * S + j``: the same
+position, hence the same bits, as on 1 rank with the whole global batch.  A dim 0 of ``k`` rows a
+sample (heads or windows folded into the batch, sample-major) is numbered the same way.
 """
 import functools
 
@@ -28,34 +29,18 @@ _LOW_WORDS = 2 ** 32
 
 class StepRows:
     """Dim 0 of a micro-batch laid out in its step: ``micro_batches`` per step, this one ``micro``
-    (an int, or an int32 tensor inside a graph), dim 0 made of ``blocks`` data-parallel ranks' rows."""
+    (an int, or an int32 tensor inside a graph)."""
 
-    def __init__(self, micro_batches, micro, blocks):
-        self.micro_batches, self.micro, self.blocks = int(micro_batches), micro, int(blocks)
+    def __init__(self, micro_batches, micro):
+        self.micro_batches, self.micro = int(micro_batches), micro
 
-    def block_rows(self, dim0):
-        if dim0 % self.blocks:
-            raise ValueError(f"a tensor with {dim0} rows cannot be split into {self.blocks} data-parallel "
-                             "blocks: under gradient accumulation dim 0 must be the batch dimension")
-        return dim0 // self.blocks
-
-    def pieces(self, dim0, start, stop):
-        """``[(local start, local stop, step position)]`` covering rows ``[start, stop)`` (int ``micro``)."""
-        size, out = self.block_rows(dim0), []
-        while start < stop:
-            block, offset = divmod(start, size)
-            end = min(stop, (block + 1) * size)
-            out.append((start, end, (block * self.micro_batches + int(self.micro)) * size + offset))
-            start = end
-        return out
+    def offset(self, dim0):
+        """The step position of row 0 of the micro-batch (int ``micro``)."""
+        return int(self.micro) * dim0
 
     def positions(self, rows, dim0):
         """Step positions of the int32 row indices ``rows`` (tensor ops: a graph's ``micro`` is a tensor)."""
-        size = self.block_rows(dim0)
-        block = rows // size  # exact: non-negative rows
-        # rows + block * (n - 1) * size + micro * size, with only exact int32 ops (no tensor + tensor)
-        shift = block * (-(self.micro_batches - 1) * size) - self.micro * size
-        return rows - shift
+        return rows - self.micro * (-dim0)  # rows + micro * dim0, with only exact int32 ops (no tensor + tensor)
 
 
 @functools.lru_cache(maxsize=256)
@@ -250,8 +235,7 @@ def slice_terms(shape, lo, hi, rows=None):
     strides = _strides(virtual)
     terms = [np.arange(lo[d], hi[d], dtype=np.int64) * strides[d] for d in range(len(shape))]
     if rows is not None:
-        terms[0] = np.concatenate([np.arange(position, position + stop - start, dtype=np.int64)
-                                   for start, stop, position in rows.pieces(shape[0], lo[0], hi[0])]) * strides[0]
+        terms[0] += rows.offset(shape[0]) * strides[0]
     return terms
 
 
@@ -265,20 +249,19 @@ def mask_terms(matrix, lo, hi, rows=None):
     strides = [stride * words_per_row for stride in _strides(matrix[:-1])]
     terms = [np.arange(lo[d], hi[d], dtype=np.int64) * strides[d] for d in range(len(matrix) - 1)]
     if rows is not None:
-        terms[0] = np.concatenate([np.arange(position, position + stop - start, dtype=np.int64)
-                                   for start, stop, position in rows.pieces(matrix[0], lo[0], hi[0])]) * strides[0]
+        terms[0] += rows.offset(matrix[0]) * strides[0]
     return terms + [np.arange(lo[-1], hi[-1], dtype=np.int64)]
 
 
 def keyed_slice(shape, lo, hi, keys, device=None, rows=None):
-    """``[(x0, hi words)]`` of this rank's box ``[lo, hi)`` of a global tensor of ``shape``: one
-    entry, or with ``rows`` one per contiguous run of step positions along dim 0 (to concatenate)."""
+    """``(x0, hi words)`` of this rank's box ``[lo, hi)`` of a global tensor of ``shape`` (``rows``: dim 0
+    numbered by its place in the step)."""
     shape, lo, hi = tuple(int(s) for s in shape), [int(v) for v in lo], [int(v) for v in hi]
     if not shape:
         x0, high = keyed_index((1,), keys, device=device)
-        return [(x0.reshape(()), high)]
+        return x0.reshape(()), high
     if rows is None:
-        return [_slice_index(shape, lo, hi, keys, device)]
+        return _slice_index(shape, lo, hi, keys, device)
     virtual = (shape[0] * rows.micro_batches,) + shape[1:]
-    return [_slice_index(virtual, [position] + lo[1:], [position + stop - start] + hi[1:], keys, device)
-            for start, stop, position in rows.pieces(shape[0], lo[0], hi[0])]
+    offset = rows.offset(shape[0])
+    return _slice_index(virtual, [lo[0] + offset] + lo[1:], [hi[0] + offset] + hi[1:], keys, device)

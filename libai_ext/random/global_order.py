@@ -5,16 +5,19 @@ so the global batch of step ``t`` on dp=2 holds other samples than on 1 rank.  H
 rank walks the same order of the *whole* dataset (one keyed permutation per (seed, epoch),
 computed per position: ``random.index_shuffle``).  The global batch of optimizer step ``t``
 is the next ``G = micro_batch_size x data_parallel_size x num_accumulation_steps`` entries
-of that order, and data-parallel rank ``r`` owns the contiguous slice
-``[r * acc * micro, (r + 1) * acc * micro)`` of it.  It yields that slice
+of that order.  Micro-batch ``m`` of the step is the positions ``[m * S, (m + 1) * S)``,
+``S = micro x data_parallel_size``, on every layout, as on 1 rank: data-parallel rank ``r`` owns
+``[m * S + r * micro, m * S + (r + 1) * micro)`` of it.  So a loss averaged over a micro-batch
+(over its unmasked tokens, say) sees the same samples on every layout.  A rank yields its rows
 
-* as ``acc`` micro-batches in order (micro-batch ``m`` starts at ``r * acc * micro + m * micro``):
-  LiBai's eager trainer, and LiBai main's graph trainer, which joins them per rank;
-* or whole (``whole_step=True``): LiBai 0.1.1's graph trainer, whose loader batch is
-  ``micro x acc`` and whose graph splits it into the micro-batches.
+* as ``acc`` micro-batches in order: LiBai's eager trainer, and LiBai main's graph trainer,
+  which joins them per rank;
+* or whole (``whole_step=True``, its ``acc`` micro-batches' rows one after the other): LiBai
+  0.1.1's graph trainer, whose loader batch is ``micro x acc`` and whose graph splits each
+  rank's rows into the micro-batches along dim 0.
 
 So 1 rank with the whole global batch, (dp1, acc2), (dp2, acc1) and (dp2, acc2) read the same
-samples in the same global positions at every step.
+samples in the same global positions at every step, and the same micro-batches.
 
 Conventions follow ``CyclicSampler`` so that LiBai's trainers need nothing else: it cycles
 forever, ``consumed_samples`` counts *global* samples (LiBai's resume position), a global
@@ -36,7 +39,9 @@ from .sample_keys import epoch_order
 class BatchPosition(NamedTuple):
     """Where one loader batch lies: row ``i`` is sample ``first_position + i`` of the global batch of
     optimizer step ``step`` (counted from the run's start) in ``epoch``; ``micro_step`` says which
-    of this rank's batches of that step it is (0 when one batch holds the rank's whole share)."""
+    of this rank's batches of that step it is.  A batch of the rank's whole share (LiBai 0.1.1's
+    graph mode, ``micro_step`` 0) is one run of rows per micro-batch instead, ``first_position`` the
+    first run's (``GlobalOrderBatchSampler.step_positions``)."""
     epoch: int
     step: int
     micro_step: int
@@ -84,7 +89,7 @@ class GlobalOrderBatchSampler(Sampler):
         self.num_accumulation_steps = int(num_accumulation_steps)
         self.data_parallel_rank = int(data_parallel_rank)
         self.data_parallel_size = int(data_parallel_size)
-        self.share = self.micro_batch_size * self.num_accumulation_steps  # one rank's slice of a global batch
+        self.share = self.micro_batch_size * self.num_accumulation_steps  # one rank's rows of a global batch
         self.global_batch_size = self.share * self.data_parallel_size
         self.whole_step = bool(whole_step)
         self.batch_size = self.share if self.whole_step else self.micro_batch_size
@@ -132,14 +137,23 @@ class GlobalOrderBatchSampler(Sampler):
 
     def batch_position(self, position):
         """Where this rank's batch at ``position`` lies (no index computed)."""
-        first = self.data_parallel_rank * self.share + position.batch * self.batch_size
+        first = self._micro_start(0 if self.whole_step else position.batch)
         return BatchPosition(position.epoch, position.step, position.batch, first, self.batch_size)
+
+    def _micro_start(self, micro):
+        """The position in the step of this rank's first row of micro-batch ``micro``."""
+        return (micro * self.data_parallel_size + self.data_parallel_rank) * self.micro_batch_size
+
+    def step_positions(self, micro_step):
+        """The positions in the step of the rows of this rank's ``micro_step``-th batch of a step."""
+        micros = range(self.num_accumulation_steps) if self.whole_step else [micro_step]
+        rows = np.arange(self.micro_batch_size)
+        return np.concatenate([self._micro_start(m) + rows for m in micros])
 
     def batch_at(self, position):
         """This rank's ``EpochBatch`` at ``position``."""
         where = self.batch_position(position)
-        start = position.step_start + where.first_position
-        indices = self.order(position.epoch)(np.arange(start, start + self.batch_size))
+        indices = self.order(position.epoch)(position.step_start + self.step_positions(position.batch))
         return EpochBatch(indices.tolist(), *where[:4])
 
     def order(self, epoch):

@@ -27,8 +27,8 @@ Positions compared, per box: its corners, a random sub-box, the edges (on the ho
 path, tens of OneFlow ops a call, takes the corners and the random sub-box), and both sides of every
 multiple of 2**31 (so of 2**32) of the flat index (of the word index for masks) that falls in it.
 Under gradient accumulation a micro-batch's rows are numbered by their place in the step's batch
-(data-parallel rank ``r`` reads positions ``[r * n * s, (r + 1) * n * s)`` of the step in ``n``
-micro-batches of ``s`` rows): the reference is the 1-rank draw of the whole step's batch.
+(micro-batch ``m`` of ``S`` global rows is positions ``[m * S, (m + 1) * S)`` of the step on every
+layout): the reference is the 1-rank draw of the whole step's batch.
 
 ``mutate`` injects one fault into the rank path (``MUTATIONS``); a run must then find a difference.
 """
@@ -378,18 +378,14 @@ def step_rows(site, layout, micro, g0):
     """The step position (1-rank row) of global row ``g0`` of micro-batch ``micro`` (numpy ints)."""
     if not site.rows or layout.micro_batches == 1:
         return g0
-    s = site.shape[0] // layout.dp
-    return (g0 // s) * layout.micro_batches * s + micro * s + g0 % s
+    return micro * site.shape[0] + g0
 
 
 def micro_rows(site, layout, position):
     """``(micro-batch, global row of it)`` of step position ``position`` (``step_rows``'s inverse)."""
     if not site.rows or layout.micro_batches == 1:
         return 0, position
-    s = site.shape[0] // layout.dp
-    block, rest = divmod(position, layout.micro_batches * s)
-    micro, i = divmod(rest, s)
-    return micro, block * s + i
+    return divmod(position, site.shape[0])
 
 
 def reference(site, layout, keys, micro, coords):
@@ -459,7 +455,7 @@ def site_keys(site):
 def rows_of(site, layout, micro):
     if not site.rows or layout.micro_batches == 1:
         return None
-    return global_index.StepRows(layout.micro_batches, micro, layout.dp)
+    return global_index.StepRows(layout.micro_batches, micro)
 
 
 def eager_paths(site):

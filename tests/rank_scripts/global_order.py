@@ -23,7 +23,7 @@ step 3 is the first of epoch 1.  Variants:
 
 Stage-0 ranks report, per variant and recorded step, the indices and a digest of each
 augmented image of the global batch (accumulation variants: each loader batch of their own, with
-its ``batch_position``); rank 0 reports the samples each evaluation scored, in order; every rank
+its ``batch_position`` and its rows' positions in the step); rank 0 reports the samples each evaluation scored, in order; every rank
 reports how many batches it joined.
 """
 import hashlib
@@ -132,7 +132,8 @@ def record_loader_batches(variant, loader, batches):
         for _ in range(batches):
             data = next(iterator)
             where = batch_position(data)
-            write_rank_result(variant=variant, step=where.step, micro_step=where.micro_step, first=where.first_position,
+            write_rank_result(variant=variant, step=where.step, micro_step=where.micro_step,
+                              positions=loader.sampler.step_positions(where.micro_step).tolist(),
                               indices=data.get("indices").tensor.numpy().tolist(),
                               images=[_digest(img) for img in data.get("images").tensor.numpy()])
     return batches

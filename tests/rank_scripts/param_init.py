@@ -11,6 +11,10 @@ so that OneFlow's start-up is paid once.  Per layout, one record per build:
   by ``load_state_dict`` and ``w * 0.5``, ``flow.cat([w, w])`` of a split weight ``w``, inside
   ``build_with_seeded_init``; the record says whether the copies equal the student and the
   derived tensors equal those ops on the student's weight, element for element, on this layout;
+* ``project``: a trainer written as LiBai main's LLM projects write theirs (``ProjectTrainer``: ``build_model``
+  overridden without calling the parent, a LiBai ViT built, pretrained weights loaded as LiBai's HuggingFace loader
+  loads them, a LoRA adapter with an ``nn.Dropout`` added); the record says whether the loaded tensors equal the
+  file's and how the adapter's dropout was converted;
 * ``late`` (with ``--late``): ``ConsistentBatchTrainer.build_model`` of a model that creates a
   parameter in its first forward, under both modes: what the first forward raised or logged.
 
@@ -22,6 +26,7 @@ import copy
 import hashlib
 import inspect
 import logging
+import math
 import os
 import re
 import time
@@ -31,7 +36,8 @@ import numpy as np
 import oneflow as flow
 from libai.config import LazyCall, LazyConfig
 from libai.engine import DefaultTrainer
-from libai.models import BertModel, GPTModel, T5Model, VisionTransformer
+from libai.layers import Linear
+from libai.models import BertModel, GPTModel, T5Model, VisionTransformer, build_model
 from oneflow import nn
 
 from common import run_or_die, setup_layout
@@ -84,6 +90,67 @@ class EMAPair(nn.Module):
         weight = self.student.blocks[0].mlp.dense_h_to_4h.weight
         self.halved = nn.Parameter(weight * 0.5)
         self.joined = nn.Parameter(flow.cat([weight, weight]))
+
+
+class Adapter(nn.Module):
+    """A LoRA adapter around a LiBai ``Linear``, as ChatGLM's ``lora/layers.py`` builds one: ``lora_A`` column-
+    and ``lora_B`` row-parallel, A kaiming-uniform, B zeros, an ``nn.Dropout`` on the adapter's input."""
+
+    def __init__(self, base, rank=4, p=0.1):
+        super().__init__()
+        self.base = base
+        self.lora_A = Linear(base.in_features, rank, bias=False, parallel="col", layer_idx=-1)
+        self.lora_B = Linear(rank, base.out_features, bias=False, parallel="row", layer_idx=-1)
+        self.lora_dropout = nn.Dropout(p)
+        nn.init.kaiming_uniform_(self.lora_A.weight, a=math.sqrt(5))
+        nn.init.zeros_(self.lora_B.weight)
+
+    def forward(self, x):
+        return self.base(x) + self.lora_B(self.lora_A(self.lora_dropout(x)))
+
+
+def pretrained_values(model):
+    """The pretrained file's values for ``model``'s tensors (numpy's, the same on every layout)."""
+    rng = np.random.RandomState(SEED)
+    return {name: rng.standard_normal(tuple(tensor.shape)).astype(np.float32)
+            for name, tensor in model.state_dict().items()}
+
+
+def write_pretrained(path):
+    """The pretrained file of a tiny ViT, written by rank 0 with ``flow.save`` (every rank builds the ViT)."""
+    values = pretrained_values(tiny_vit())
+    if flow.env.get_rank() == 0:
+        flow.save({name: flow.tensor(value) for name, value in values.items()}, path)
+    dist.synchronize()
+
+
+def load_pretrained(model, path):
+    """What LiBai main's model loaders do once the model is built (``base_loader.py``): the file read on rank 0,
+    each tensor made global as the model's, then copied in by ``_load_from_state_dict``."""
+    state = flow.load(path, global_src_rank=0)
+    for name, tensor in model.state_dict().items():
+        state[name] = flow.to_global(state[name], sbp=tensor.sbp, placement=tensor.placement)
+    model.load_state_dict(state)
+
+
+class ProjectTrainer(ConsistentBatchTrainer):
+    """A trainer as LiBai main's LLM projects write theirs: ``build_model`` overridden without calling the parent,
+    the model built and its weights loaded by a loader, then LoRA adapters added (ChatGLM's ``lora_enable``)."""
+    pretrained = None  # the file's path
+
+    @classmethod
+    def build_model(cls, cfg):
+        model = build_model(cfg.model)
+        load_pretrained(model, cls.pretrained)
+        model.head = Adapter(model.head)
+        return model
+
+
+def project_config():
+    cfg = LazyConfig.load(CONFIG)
+    cfg.model = LazyCall(tiny_vit)()
+    cfg.train.seed = SEED
+    return cfg
 
 
 class LateParameter(nn.Module):
@@ -171,6 +238,25 @@ def build_ema(layout):
                       seconds=time.perf_counter() - start)
 
 
+def loaded_values():
+    """{name in the adapted model: the file's value} (the ViT's head is the adapter's base)."""
+    return {name.replace("head.", "head.base.", 1) if name.startswith("head.") else name: value
+            for name, value in pretrained_values(tiny_vit()).items()}
+
+
+def build_project(layout):
+    start = time.perf_counter()
+    model = ProjectTrainer.build_model(project_config())
+    tensors, loaded = model.state_dict(), loaded_values()
+    held = {name: full_value(tensors[name]) for name in loaded}
+    differ = sorted(name for name, value in loaded.items()
+                    if held[name] is not None and not np.array_equal(held[name], value))
+    dropout = model.head.lora_dropout
+    write_rank_result(layout=layout, model="project", build="layout_invariant", weights=digests(model),
+                      differ_from_file=differ, dropout=[type(dropout).__module__, getattr(dropout, "stream", None)],
+                      seconds=time.perf_counter() - start)
+
+
 class Captured(logging.Handler):
     def __init__(self):
         super().__init__(logging.WARNING)
@@ -202,13 +288,17 @@ def build_late(layout):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--layouts", required=True, help="comma-separated: 1, tp2xpp2, dp2xtp2, ...")
-    parser.add_argument("--models", default="swin,libai,ema")
+    parser.add_argument("--models", default="swin,libai,ema,project")
+    parser.add_argument("--pretrained", help="where rank 0 writes the pretrained file of ``project``")
     parser.add_argument("--layers", type=int, default=4, help="pipeline_num_layers")
     parser.add_argument("--late", action="store_true")
     args = parser.parse_args()
-    builders = {"swin": build_swin, "libai": build_libai_models, "ema": build_ema}
-    for layout in args.layouts.split(","):
+    builders = {"swin": build_swin, "libai": build_libai_models, "ema": build_ema, "project": build_project}
+    ProjectTrainer.pretrained = args.pretrained
+    for index, layout in enumerate(args.layouts.split(",")):
         use_layout(layout, args.layers)
+        if index == 0 and "project" in args.models:
+            write_pretrained(args.pretrained)
         for model in args.models.split(","):
             builders[model](layout)
         if args.late:
