@@ -22,7 +22,7 @@ def forget_modules_under(folders):
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None) or ""
         if name.split(".")[0] == "libai":
-            continue  # a LiBai checkout's libai (Llama's folder, first on PYTHONPATH) serves the whole launch
+            continue  # a LiBai checkout's libai (an LLM project's folder, first on PYTHONPATH) serves the launch
         if any(path.startswith(folder + os.sep) for folder in folders):
             del sys.modules[name]
 
