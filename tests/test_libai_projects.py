@@ -1,4 +1,4 @@
-"""LiBai main's own projects, MoCo v3, MAE, SimCSE and Llama, run by their own training scripts (SimCSE: LiBai's
+"""LiBai main's own projects, MoCo v3, MAE, SimCSE, Llama and ChatGLM, run by their own training scripts (SimCSE: LiBai's
 ``tools/train_net.py``, as its readme runs it) from an archive of LiBai main at the pinned commit, with only the
 adoption a user makes (tests/libai_projects.py: the trainer's base class, ``libai_ext.apply_patches()``,
 ``libai_ext.seed_from_config(cfg)``) and command-line overrides that size them for CPU ranks (MoCo and MAE: a ViT
@@ -29,6 +29,11 @@ batch 8; 10 iterations).
   4 ranks) within 1e-5 of the eager 1-rank run, and graph runs (one micro-batch a step) within 1e-5 of an eager
   1-rank run of one micro-batch a step; stock differs on dp2.  Its launches hold MoCo's, MAE's and SimCSE's runs
   too, which then import LiBai from Llama's checkout.
+* ChatGLM's SFT the same way (``projects/ChatGLM``, ``configs/chatglm_sft.py``): a 2-layer ChatGLM3 of width 64 from
+  a HuggingFace checkpoint on SFT samples of real English sentences, without and with LoRA (``CHATGLM_LORA``: its
+  dropout and the model's hidden dropout on, LoRA's initial weights drawn by the plugin), eager with 8
+  micro-batches a step and in graph mode as its config ships (one micro-batch a step), on the same layouts and
+  bounds but for graph mode on tp2 (``SFT_NOT_RUNNABLE``); stock (eager) differs on dp2.
 
 The quick tier checks the adoption against the archive's scripts and the compat pieces in this process; the
 launches are the long tier: one per layout, stock's and the plugin's runs one after another in it.
