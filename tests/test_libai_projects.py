@@ -100,7 +100,7 @@ SFT_REFERENCES = {"Llama-graphNone": "Llama-graphNone", "Llama-graphTrue": "Llam
 SFT_REFERENCES.update({f"{name}-graph{graph}": f"{name}-graphFalse" + ("-accumulation1" if graph else "")
                        for name in ("ChatGLM", "ChatGLM-LoRA") for graph in (False, True)})
 # ChatGLM's train graph on tp2 aborts every rank in OneFlow 0.9.0's CPU transport (register.cpp:75
-# separated_header_mem_ptr() == nullptr, docs/upstream-bugs.md §37), with or without activation checkpointing
+# separated_header_mem_ptr() == nullptr, docs/upstream-bugs.md §38), with or without activation checkpointing
 SFT_NOT_RUNNABLE = {("ChatGLM-graphTrue", "tp2"), ("ChatGLM-LoRA-graphTrue", "tp2")}
 STOCK_GRAPH = {"ChatGLM": False}  # stock's ChatGLM eager with its 8 micro-batches (the others: as shipped)
 

@@ -578,6 +578,23 @@ def test_a_build_model_calling_ours_gets_the_work_once_and_keeps_what_it_loads(p
            "Finetune.build_model built: 0 randomly" in caplog.text
 
 
+def test_a_mixins_build_model_ahead_of_ours_gets_the_work_too(project):
+    from libai_ext import ConsistentBatchTrainer
+
+    class Adapting:  # a mixin ahead of ConsistentBatchTrainer in the bases
+        @classmethod
+        def build_model(cls, cfg):
+            model = project.tiny_vit()
+            model.head = project.Adapter(model.head)
+            return model
+
+    class Trainer(Adapting, ConsistentBatchTrainer):
+        pass
+
+    dropout = Trainer.build_model(project.project_config()).head.lora_dropout
+    assert [type(dropout).__module__, getattr(dropout, "stream", None)] == PROJECT_DROPOUT
+
+
 class Wrapped(nn.Module):
     def __init__(self, model):
         super().__init__()

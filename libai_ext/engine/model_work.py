@@ -6,14 +6,14 @@ re-drawn from ``train.seed`` (``random.param_init``), stochastic layers converte
 its random ops audited and routed, BatchNorm statistics routed, late parameters watched.
 
 ``ConsistentBatchTrainer.build_model`` runs LiBai's build through it.  A subclass's own ``build_model`` (LiBai
-main's LLM projects override it without calling the parent, building and loading the model through a
-HuggingFace loader, ChatGLM adding LoRA adapters) is wrapped into it when the subclass is defined
+main's LLM projects override it without calling the parent, building and loading the model through a HuggingFace
+loader, ChatGLM adding LoRA adapters), or a mixin's ahead of it, is wrapped into it when the subclass is defined
 (``wrap_build_model``), so the project's build runs inside the recording as LiBai's does.  A build nested in
 another (a subclass's build calling ``super().build_model``) is part of the outer one: the work is done once, on
 the model the outermost build returns.  Weights loaded inside the build (``load_state_dict``, ``copy_``) keep
 their loaded values: a full overwrite from a tensor that is not random drops the tensor's record.
 
-``check_trained(model, where)``: a model that did not come out of this work (replaced or wrapped after
+``check_trained(model, where, trainer_cls)``: a model that did not come out of this work (replaced or wrapped after
 ``build_model``) is refused when training starts, naming where it was found.
 """
 import functools
@@ -85,11 +85,14 @@ def _build_with_seeded_init(cfg, build, builder):
     return model
 
 
-def wrap_build_model(owner):
-    """Run ``owner``'s own ``build_model`` (classmethod, staticmethod or method) through ``model_work``."""
-    own = owner.__dict__.get("build_model")
-    if own is None:
+def wrap_build_model(cls, base):
+    """Run the ``build_model`` ``cls`` resolves to (classmethod, staticmethod or method) through ``model_work``,
+    unless it is ``base``'s own or one wrapped when its class was defined (a subclass of ``base``): a subclass's
+    own override, or a mixin's ahead of ``base``."""
+    owner = next(klass for klass in cls.__mro__ if "build_model" in klass.__dict__)
+    if owner is not cls and issubclass(owner, base):
         return
+    own = owner.__dict__["build_model"]
     kind = type(own) if isinstance(own, (classmethod, staticmethod)) else None
     function = own.__func__ if kind else own
     builder = f"{owner.__qualname__}.build_model"
@@ -98,7 +101,7 @@ def wrap_build_model(owner):
     def build_model(*args, **kwargs):
         cfg = kwargs["cfg"] if "cfg" in kwargs else args[-1]
         return model_work(cfg, functools.partial(function, *args, **kwargs), builder)
-    owner.build_model = kind(build_model) if kind else build_model
+    cls.build_model = kind(build_model) if kind else build_model
 
 
 def check_trained(model, where, trainer_cls):

@@ -141,7 +141,7 @@ class ConsistentBatchTrainer(DefaultTrainer):
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        wrap_build_model(cls)  # a project's own build_model (not calling ours) gets the model-side work too
+        wrap_build_model(cls, ConsistentBatchTrainer)  # a project's own build_model gets the model-side work too
 
     def __init__(self, cfg):
         start_rank(cfg)  # what libai-ext-train's set-up did already; a project's own script has no such set-up
