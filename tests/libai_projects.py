@@ -1,6 +1,6 @@
-"""LiBai main's projects (MoCo v3, MAE, SimCSE, Llama, ChatGLM) as shipped, for the tests: their folders taken from an archive of
-LiBai main at the pinned commit, the user's adoption of the plugin written into a copy of each script, the data
-they read, and the command-line overrides that size them for CPU ranks.
+"""LiBai main's projects (MoCo v3, MAE, SimCSE, Llama, ChatGLM) as shipped, for the tests: their folders taken from
+an archive of LiBai main at the pinned commit, the user's adoption of the plugin written into a copy of each script,
+the data they read, and the command-line overrides that size them for CPU ranks.
 
 The adoption is what docs/usage.md shows a project's script changing, and nothing else: the base class of the
 project's trainer becomes ``libai_ext.ConsistentBatchTrainer``, ``libai_ext.apply_patches()`` comes before LiBai's
@@ -191,8 +191,8 @@ def write_simcse_data(text_root, dest, sentences=200, pairs=20):
 
 
 def make_libai_checkout(folder):
-    """Make ``folder`` (holding ``projects/Llama`` or ``projects/ChatGLM``) a LiBai main checkout as ``pip install -e .`` leaves one: LiBai
-    main's ``libai/`` (with ``libai/inference``, which pip's install from the archive lacks) and ``configs/`` from its
+    """Make ``folder`` (holding ``projects/Llama`` or ``projects/ChatGLM``) a LiBai main checkout as ``pip install -e
+    .`` leaves one: LiBai main's ``libai/`` (with ``libai/inference``, which pip's install from the archive lacks) and ``configs/`` from its
     source, plus what setup.py writes there, ``libai/version.py`` and the compiled dataset helpers, copied from the
     installed LiBai.  Not the helpers' Makefile: LiBai's start-up would run it, and its ``python3`` is whatever the
     host's PATH names (libai_ext's ``compile_step`` repair skips the step where no Makefile is, as after pip's
@@ -361,12 +361,15 @@ def chatglm_hf_weights(seed=0):
 
     rng = np.random.RandomState(seed)
     hidden, head, vocab = CHATGLM["hidden_size"], CHATGLM["kv_channels"], CHATGLM["padded_vocab_size"]
-    heads, qkv = CHATGLM["num_attention_heads"] * head, (CHATGLM["num_attention_heads"] + 2 * CHATGLM["multi_query_group_num"]) * head
+    heads = CHATGLM["num_attention_heads"] * head
+    qkv = heads + 2 * CHATGLM["multi_query_group_num"] * head  # multi-query: 2 groups of keys and values
     shapes = {"transformer.embedding.word_embeddings.weight": (vocab, hidden),
-              "transformer.encoder.final_layernorm.weight": (hidden,), "transformer.output_layer.weight": (vocab, hidden)}
+              "transformer.encoder.final_layernorm.weight": (hidden,),
+              "transformer.output_layer.weight": (vocab, hidden)}
     for n in range(CHATGLM["num_layers"]):
         layer = f"transformer.encoder.layers.{n}."
-        shapes.update({layer + "input_layernorm.weight": (hidden,), layer + "post_attention_layernorm.weight": (hidden,),
+        shapes.update({layer + "input_layernorm.weight": (hidden,),
+                       layer + "post_attention_layernorm.weight": (hidden,),
                        layer + "self_attention.query_key_value.weight": (qkv, hidden),
                        layer + "self_attention.query_key_value.bias": (qkv,),
                        layer + "self_attention.dense.weight": (hidden, heads),
@@ -375,7 +378,8 @@ def chatglm_hf_weights(seed=0):
     weights = {key: (1 + 0.1 * rng.standard_normal(shape) if key.endswith("layernorm.weight")
                      else 0.2 * rng.standard_normal(shape)).astype(np.float32) for key, shape in shapes.items()}
     # HF's checkpoint holds the rotary frequencies too (LiBai's ChatGLM loader drops them)
-    weights["transformer.rotary_pos_emb.inv_freq"] = 1.0 / 10000 ** (np.arange(0, head // 2, 2, dtype=np.float32) / (head // 2))
+    rotary = head // 2
+    weights["transformer.rotary_pos_emb.inv_freq"] = 1.0 / 10000 ** (np.arange(0, rotary, 2, dtype=np.float32) / rotary)
     return weights
 
 
@@ -392,7 +396,8 @@ def write_chatglm_data(text_root, dest, samples=200):
     sentences, _ = write_llama_tokenizer(text_root, hf, CHATGLM_PIECES)
     save_file(chatglm_hf_weights(), os.path.join(hf, "model.safetensors"), metadata={"format": "pt"})
     with open(os.path.join(hf, "config.json"), "w") as f:
-        json.dump(dict(CHATGLM, architectures=["ChatGLMModel"], model_type="chatglm", torch_dtype="float32"), f, indent=1)
+        json.dump(dict(CHATGLM, architectures=["ChatGLMModel"], model_type="chatglm", torch_dtype="float32"), f,
+                  indent=1)
     for split, first in (("train", 0), ("test", 2 * samples)):
         pairs = range(first, first + 2 * samples, 2)
         with open(os.path.join(sft, f"{split}.json"), "w") as f:

@@ -1,5 +1,5 @@
-"""LiBai main's own projects, MoCo v3, MAE, SimCSE, Llama and ChatGLM, run by their own training scripts (SimCSE: LiBai's
-``tools/train_net.py``, as its readme runs it) from an archive of LiBai main at the pinned commit, with only the
+"""LiBai main's own projects, MoCo v3, MAE, SimCSE, Llama and ChatGLM, run by their own training scripts (SimCSE:
+LiBai's ``tools/train_net.py``, as its readme runs it) from an archive of LiBai main at the pinned commit, with only the
 adoption a user makes (tests/libai_projects.py: the trainer's base class, ``libai_ext.apply_patches()``,
 ``libai_ext.seed_from_config(cfg)``) and command-line overrides that size them for CPU ranks (MoCo and MAE: a ViT
 of depth 2 and width 32 on scikit-learn's real handwritten digits at 32 x 32 in ImageNet's layout, read by LiBai's
@@ -50,8 +50,8 @@ from libai_ext.compat import detect, libai_main
 from libai_ext.data import ensure_digits_imagenet
 from libai_ext.testing import launch
 from libai_projects import (
-    ADOPTED_SUFFIX, CHATGLM, CHATGLM_ACCUMULATION, CHATGLM_LORA, LLAMA, LLAMA_ACCUMULATION, SCRIPTS, TORCH_STAND_IN, adopt,
-    chatglm_env, extract_projects, libai_checkout, overrides, project_data, stock_copy,
+    ADOPTED_SUFFIX, CHATGLM, CHATGLM_ACCUMULATION, CHATGLM_LORA, LLAMA, LLAMA_ACCUMULATION, SCRIPTS, TORCH_STAND_IN,
+    adopt, chatglm_env, extract_projects, libai_checkout, overrides, project_data, stock_copy,
 )
 
 pytestmark = pytest.mark.skipif(detect.libai_line() is not libai_main,
@@ -197,7 +197,8 @@ def run_layout(projects, work, data, layout_name, layout, stock, plugin_runs, ch
         script = os.path.join(folder, SCRIPTS[project][0])
         if not os.path.isdir(folder):
             script = stock_copy(projects[project], project, folder)
-        plan.append(plan_entry(f"stock-{project}", folder, script, project, data, out, layout, STOCK_GRAPH.get(project)))
+        plan.append(plan_entry(f"stock-{project}", folder, script, project, data, out, layout,
+                               STOCK_GRAPH.get(project)))
     for project, graph in plugin_runs:
         script = os.path.join(projects[project], SCRIPTS[project][0][:-3] + ADOPTED_SUFFIX)
         plan.append(plan_entry(f"{project}-graph{graph}", projects[project], script, project, data, out,
