@@ -2,10 +2,13 @@
 
     .venv-libai-main/bin/python benchmarks/project_agreement.py [--iters 10] [--out benchmarks/results/project_agreement.md]
 
-Runs what ``tests/test_libai_projects.py`` runs (its harness, ``tests/libai_projects.py``): MoCo v3, MAE and SimCSE
-from the projects archive at the pinned commit, by their own scripts (SimCSE: LiBai's ``tools/train_net.py``) with
+Runs what ``tests/test_libai_projects.py`` runs (its harness, ``tests/libai_projects.py``): MoCo v3, MAE, SimCSE and
+Llama's SFT from the projects archive at the pinned commit, by their own scripts (SimCSE: LiBai's ``tools/train_net.py``) with
 the adoption's lines, CPU-sized (a ViT of depth 2 and width 32 on the digits at 32 x 32; SimCSE: a BERT of depth 2
-and width 64 on real English sentences; global batch 8), one launch per layout (1 rank, dp2, tp2, dp2 x tp2, pp2),
+and width 64 on real English sentences; global batch 8; Llama: a 2-layer Llama of width 64 from a HuggingFace-format
+checkpoint on Alpaca-format samples, global batch 16, 8 micro-batches a step, eager; graph runs one, compared with an
+eager 1-rank run of one; its rows compare every micro-batch's loss), one launch per layout (1 rank, dp2, tp2,
+dp2 x tp2, pp2, and dp2 x pp2 for Llama),
 stock's scripts (as shipped, with what they need to start on CPU ranks) on 1 rank and dp2.  Prints, for each run, the
 relative difference of its loss from the reference at iteration 0 and the largest over the iterations:
 
@@ -25,6 +28,20 @@ from report import publish  # noqa: E402
 
 def relative(losses, reference):
     return [abs(x - y) / abs(y) for x, y in zip(losses, reference)]
+
+
+def llama_rows(harness, found):
+    """Llama's runs, every micro-batch's loss (eager: 8 a step) against its 1-rank reference (``LLAMA_REFERENCES``)."""
+    rows = []
+    for layout, name in harness.llama_compared_runs():
+        gaps = relative(found[layout][name][1], found["1"][harness.LLAMA_REFERENCES[name]][1])
+        graph, accumulation = harness.LLAMA_RUNS[name]
+        mode = f"{'graph' if graph else 'eager'}, {accumulation} micro-batch{'es' if accumulation > 1 else ''} a step"
+        rows.append(f"| Llama, libai_ext, {mode} | {layout} | {gaps[0]:.2e} | {max(gaps):.2e} | {len(gaps)} |")
+    one, dp2 = found["1"]["stock-Llama"][1], found["dp2"]["stock-Llama"][1]
+    gaps = relative(dp2, one)
+    rows.append(f"| Llama, stock | dp2 | {gaps[0]:.2e} | {max(gaps):.2e} | {len(gaps)} |")
+    return rows
 
 
 def main():
@@ -48,7 +65,8 @@ def main():
     found = {}
     for name, layout in harness.LAYOUTS.items():
         stock = list(harness.SCRIPTS) if name in harness.STOCK_LAYOUTS else []
-        result, plan = harness.run_layout(projects, work, data, name, layout, stock, harness.plugin_runs(name))
+        result, plan = harness.run_layout(projects, work, data, name, layout, stock, harness.plugin_runs(name),
+                                          llama=harness.llama_runs(name))
         records = records_of_every_rank(result, count=len(plan))[0]
         found[name] = {r["name"]: (r["kind"], r["losses"]) for r in records}
 
@@ -58,6 +76,9 @@ def main():
 
     rows = ["| run | layout | iteration 0 | largest over the iterations | iterations |", "|---|---|---|---|---|"]
     for project in harness.SCRIPTS:
+        if project == "Llama":
+            rows += llama_rows(harness, found)
+            continue
         reference = per_step(found["1"][f"{project}-graph{None if project == 'MOCOV3' else False}"], project)
         for layout in harness.LAYOUTS:
             for run_project, graph in harness.plugin_runs(layout):

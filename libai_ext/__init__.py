@@ -10,7 +10,7 @@ without OneFlow's start-up messages.
 """
 import importlib
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 # public name -> the module that defines it
 _EXPORTS = {

@@ -53,6 +53,11 @@ def check_equivalence(argv, configs, layouts):
         status = load_tool("check_equivalence").main(argv)
     text = out.getvalue()
     print(text)
+    return status, equivalence_tables(text, configs, layouts), text
+
+
+def equivalence_tables(text, configs, layouts):
+    """``{config: {layout: row cells}}`` of ``check_equivalence``'s output ``text`` (see ``check_equivalence``)."""
     tables, config = {}, None
     for line in text.splitlines():
         name = line.split(":", 1)[0]
@@ -65,7 +70,7 @@ def check_equivalence(argv, configs, layouts):
     assert sorted(tables) == sorted(configs), text
     for config in configs:
         assert sorted(tables[config]) == sorted(layouts), (config, text)
-    return status, tables, text
+    return tables
 
 
 def relative_differences(argv, configs, layouts):

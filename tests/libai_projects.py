@@ -191,10 +191,10 @@ def write_simcse_data(text_root, dest, sentences=200, pairs=20):
 
 
 def make_libai_checkout(folder):
-    """Make ``folder`` (holding ``projects/Llama`` or ``projects/ChatGLM``) a LiBai main checkout as ``pip install -e
-    .`` leaves one: LiBai main's ``libai/`` (with ``libai/inference``, which pip's install from the archive lacks) and ``configs/`` from its
-    source, plus what setup.py writes there, ``libai/version.py`` and the compiled dataset helpers, copied from the
-    installed LiBai.  Not the helpers' Makefile: LiBai's start-up would run it, and its ``python3`` is whatever the
+    """Make ``folder`` (holding ``projects/Llama`` or ``projects/ChatGLM``) a LiBai main checkout as ``pip install -e .`` leaves one: LiBai
+    main's ``libai/`` (with ``libai/inference``, which pip's install from the archive lacks) and ``configs/`` from its
+    source, plus what setup.py makes there: ``libai/config/configs`` (a link to ``configs/``, which LiBai's
+    ``get_config`` reads), ``libai/version.py`` and the compiled dataset helpers, copied from the installed LiBai.  Not the helpers' Makefile: LiBai's start-up would run it, and its ``python3`` is whatever the
     host's PATH names (libai_ext's ``compile_step`` repair skips the step where no Makefile is, as after pip's
     install).  Every run of a launch that holds a Llama or ChatGLM run imports LiBai from here (``libai_checkout``)."""
     import glob
@@ -209,6 +209,7 @@ def make_libai_checkout(folder):
     for path in built:
         if not path.endswith(".cpp"):
             shutil.copy(path, os.path.join(folder, "libai", os.path.relpath(os.path.dirname(path), installed)))
+    os.symlink(os.path.join("..", "..", "configs"), os.path.join(folder, "libai", "config", "configs"))
     return folder
 
 
@@ -308,17 +309,6 @@ def write_llama_data(text_root, dest, train=200, test=16):
     return dest
 
 
-def run_sizes(iters, dp, tp, pp, layers, global_batch, accumulation):
-    """The overrides every project's run shares: its layout, ``global_batch`` in ``accumulation`` micro-batches a
-    step, ``iters`` steps logged each, the seed, no checkpoints, no evaluation, the data read in the process."""
-    return [f"train.dist.data_parallel_size={dp}", f"train.dist.tensor_parallel_size={tp}",
-            f"train.dist.pipeline_parallel_size={pp}", f"train.dist.pipeline_num_layers={layers}",
-            f"train.train_micro_batch_size={global_batch // dp // accumulation}",
-            f"train.num_accumulation_steps={accumulation}",
-            f"train.train_iter={iters}", "train.train_epoch=0", "train.log_period=1", "train.seed=1234",
-            "train.checkpointer.period=100000", "dataloader.train.num_workers=0", "train.evaluation.enabled=False"]
-
-
 def llama_overrides(data, iters, dp=1, tp=1, pp=1, graph=None, accumulation=None):
     """Llama's SFT sized for CPU ranks on ``write_llama_data``'s folder: the model's sizes come from the checkpoint's
     config.json (``LLAMA``), global batch 16 in ``accumulation`` micro-batches (8, as llama_sft.py ships; graph
@@ -327,7 +317,7 @@ def llama_overrides(data, iters, dp=1, tp=1, pp=1, graph=None, accumulation=None
         accumulation = 1 if graph else LLAMA_ACCUMULATION
     checkpoint = os.path.join(data, "checkpoint")
     tokenizer = os.path.join(checkpoint, "tokenizer.model")
-    sizes = run_sizes(iters, dp, tp, pp, LLAMA["num_hidden_layers"], LLAMA_GLOBAL_BATCH, accumulation)
+    sizes = run_sizes(dp, tp, pp, LLAMA["num_hidden_layers"], LLAMA_GLOBAL_BATCH, accumulation, iters)
     inputs = [f"model.cfg.pretrained_model_path={checkpoint}", f"tokenization.tokenizer.pretrained_model_path={tokenizer}",
               f"dataloader.train.dataset.0.path={os.path.join(data, 'alpaca_data', 'train')}",
               f"dataloader.train.dataset.0.tokenizer.pretrained_model_path={tokenizer}",
@@ -420,7 +410,7 @@ def chatglm_overrides(data, iters, dp=1, tp=1, pp=1, graph=None, accumulation=No
     graph = True if graph is None else graph
     if accumulation is None:
         accumulation = 1 if graph else CHATGLM_ACCUMULATION
-    sizes = run_sizes(iters, dp, tp, pp, CHATGLM["num_layers"], CHATGLM_GLOBAL_BATCH, accumulation)
+    sizes = run_sizes(dp, tp, pp, CHATGLM["num_layers"], CHATGLM_GLOBAL_BATCH, accumulation, iters)
     inputs = [f"model.cfg.pretrained_model_path={chatglm_env(data)['CHATGLM_HF_DIR']}", f"graph.enabled={graph}"]
     inputs += [f"dataloader.train.dataset.0.{k}={v}" for k, v in dict(max_source_len=32, max_target_len=31,
                                                                        max_length=64).items()]
@@ -432,6 +422,17 @@ CPU = ["train.dist.device_type=cpu", "train.input_placement_device=cpu", "train.
 VIT = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2)
 BERT = dict(hidden_size=64, num_attention_heads=4, hidden_layers=2, intermediate_size=256, vocab_size=2048)
 GLOBAL_BATCH = 8
+
+
+def run_sizes(dp, tp, pp, layers, global_batch, accumulation, iters):
+    """The layout, batch and length of a run: ``iters`` steps of ``global_batch`` samples in ``accumulation``
+    micro-batches, every iteration logged, no checkpoint, evaluation or loader worker."""
+    return [f"train.dist.data_parallel_size={dp}", f"train.dist.tensor_parallel_size={tp}",
+            f"train.dist.pipeline_parallel_size={pp}", f"train.dist.pipeline_num_layers={layers}",
+            f"train.train_micro_batch_size={global_batch // dp // accumulation}",
+            f"train.num_accumulation_steps={accumulation}",
+            f"train.train_iter={iters}", "train.train_epoch=0", "train.log_period=1", "train.seed=1234",
+            "train.checkpointer.period=100000", "dataloader.train.num_workers=0", "train.evaluation.enabled=False"]
 
 
 def overrides(project, data, iters, dp=1, tp=1, pp=1, graph=None, accumulation=None):
@@ -446,7 +447,7 @@ def overrides(project, data, iters, dp=1, tp=1, pp=1, graph=None, accumulation=N
         return chatglm_overrides(data, iters, dp, tp, pp, graph, accumulation)
     accumulation = 2 if project == "MAE" and not graph else 1
     layers = VIT["depth"] * (2 if project == "MAE" else 1)  # MAE's decoder blocks take layer_idx after the encoder's
-    sizes = run_sizes(iters, dp, tp, pp, layers, GLOBAL_BATCH, accumulation)
+    sizes = run_sizes(dp, tp, pp, layers, GLOBAL_BATCH, accumulation, iters)
     if project == "SimCSE":
         # No pretrained weights (a download, read with torch).  LiBai's fused attention softmax is off: with
         # SimCSE's apply_query_key_layer_scaling=False LiBai passes it scale=None and SimCSE's int64 mask, which

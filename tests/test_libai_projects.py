@@ -50,8 +50,9 @@ from libai_ext.compat import detect, libai_main
 from libai_ext.data import ensure_digits_imagenet
 from libai_ext.testing import launch
 from libai_projects import (
-    ADOPTED_SUFFIX, CHATGLM, CHATGLM_ACCUMULATION, CHATGLM_LORA, LLAMA, LLAMA_ACCUMULATION, SCRIPTS, TORCH_STAND_IN,
-    adopt, chatglm_env, extract_projects, libai_checkout, overrides, project_data, stock_copy,
+    ADOPTED_SUFFIX, CHATGLM, CHATGLM_ACCUMULATION, CHATGLM_LORA, LLAMA, LLAMA_ACCUMULATION, LLAMA_GLOBAL_BATCH, SCRIPTS,
+    TORCH_STAND_IN, adopt, chatglm_env, extract_projects, libai_checkout, llama_overrides, overrides, project_data,
+    stock_copy, write_llama_data,
 )
 
 pytestmark = pytest.mark.skipif(detect.libai_line() is not libai_main,
@@ -358,3 +359,38 @@ def test_check_equivalence_names_stocks_first_difference_in_mocos_own_script(pro
     assert status == 1 and "iteration 0, forward: batch.images differs" in tables["moco_pretrain"]["dp2"][-1], tables
     status, tables, text = found["plugin"]
     assert status == 0 and tables["moco_pretrain"]["dp2"][-1] == "-", text
+
+
+@pytest.mark.long
+def test_check_equivalence_names_stocks_first_difference_in_llamas_own_script(projects, libai_text_data, tmp_path):
+    """``libai-ext-check-equivalence --script``: Llama's script (stock, then with the adoption) with 8 micro-batches
+    a step on 1 rank and on dp2.  The tool runs as a command from the script's LiBai checkout, which is first on the
+    module path: the config it loads imports ``libai.inference``, which this process's LiBai lacks."""
+    import subprocess
+
+    from conftest import equivalence_tables
+
+    data = write_llama_data(libai_text_data, str(tmp_path / "llama"))
+    the_tools = ("train.dist.data_parallel_size", "train.dist.tensor_parallel_size", "train.dist.pipeline_parallel_size",
+                 "train.train_micro_batch_size", "train.num_accumulation_steps", "train.train_iter")
+    sized = [o for o in llama_overrides(data, 2) if not o.startswith(the_tools)]
+    stock = str(tmp_path / "stock-Llama")
+    scripts = {"stock": (stock, stock_copy(projects["Llama"], "Llama", stock)),
+               "plugin": (projects["Llama"], adopt(projects["Llama"], "Llama"))}
+    layouts = [f"acc{LLAMA_ACCUMULATION}", f"dp2xacc{LLAMA_ACCUMULATION}"]
+    found = {}
+    for name, (checkout, script) in scripts.items():
+        argv = [sys.executable, "-m", "libai_ext.cli.check_equivalence", "--script", script,
+                "--config-file", CONFIGS["Llama"], "--layouts", *layouts, "--iters", "2",
+                "--global-batch", str(LLAMA_GLOBAL_BATCH), "--rtol", str(RTOL), "--timeout", "900",
+                "--workdir", str(tmp_path / name), *sized]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [TORCH_STAND_IN, checkout,
+                                                                        os.environ.get("PYTHONPATH")])))
+        run = subprocess.run(argv, cwd=checkout, env=env, capture_output=True, text=True, timeout=1800,
+                             start_new_session=True)
+        print(run.stdout, run.stderr[-3000:])
+        found[name] = run.returncode, equivalence_tables(run.stdout, ["llama_sft"], layouts[1:]), run.stdout
+    status, tables, _ = found["stock"]
+    assert status == 1 and "iteration 0, forward: batch.input_ids differs" in tables["llama_sft"][layouts[1]][-1], tables
+    status, tables, text = found["plugin"]
+    assert status == 0 and tables["llama_sft"][layouts[1]][-1] == "-", text

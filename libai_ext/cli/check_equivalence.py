@@ -43,7 +43,8 @@ layouts:
   tensor_parallel_size / pipeline_parallel_size and train.num_accumulation_steps, keeps the
   global batch (train.train_micro_batch_size = global batch / (dp * acc)), trains --iters
   optimizer steps with evaluation and checkpoints off and logs every iteration; an eager layout
-  with accumulation logs each micro-batch, and a step's loss is their mean.
+  with accumulation logs each micro-batch, and a step's loss is their mean.  Modules are compared
+  between eager layouts of one accumulation, micro-batch by micro-batch; otherwise losses only.
   pp<N> needs a model with at least N pipeline layers (train.dist.pipeline_num_layers; LiBai
   0.1.1 also wants it divisible by N).  Ranks run on CPU (GPUs hidden) unless
   LIBAI_EXT_TEST_DEVICE=cuda; several ranks on a few cores are slow but exact.
@@ -256,20 +257,23 @@ def first_difference(reference, other, rtol, kinds=("batch", ":out")):
     return None
 
 
-def locate(reference_dir, output, iteration, rtol):
-    """A sentence naming where the run at ``output`` first departs from the reference."""
+def locate(reference_dir, output, step, rtol, micro_batches=1):
+    """A sentence naming where the run at ``output`` first departs from the reference in optimizer step ``step``
+    (with eager accumulation, its ``micro_batches`` iterations in order; an iteration is then one micro-batch)."""
     from ..engine.module_recorder import read_records
 
     ref, other = read_records(reference_dir), read_records(output)
-    if iteration not in ref or iteration not in other:
-        return f"no module records for iteration {iteration}"
-    found = first_difference(ref[iteration], other[iteration], rtol)
-    if found:
-        return describe(found, f"iteration {iteration}, forward")
-    if iteration > 0 and iteration - 1 in ref and iteration - 1 in other:
-        found = first_difference(ref[iteration - 1], other[iteration - 1], rtol, kinds=(":grad",))
+    for iteration in range(step * micro_batches, (step + 1) * micro_batches):
+        if iteration not in ref or iteration not in other:
+            return f"no module records for iteration {iteration}"
+        found = first_difference(ref[iteration], other[iteration], rtol)
         if found:
-            return describe(found, f"iteration {iteration - 1}, backward")
+            return describe(found, f"iteration {iteration}, forward")
+    iteration = step * micro_batches - 1  # the previous step's last micro-batch
+    if iteration >= 0 and iteration in ref and iteration in other:
+        found = first_difference(ref[iteration], other[iteration], rtol, kinds=(":grad",))
+        if found:
+            return describe(found, f"iteration {iteration}, backward")
     return "every recorded batch field, output and gradient agrees"
 
 
@@ -363,8 +367,9 @@ def check(args):
 
 
 def modules_comparable(reference, other):
-    """Both runs recorded their modules on batches of one size (eager, no accumulation)."""
-    return all(not sizes["graph"] and sizes["acc"] == 1 for sizes in (reference, other))
+    """Both runs recorded their modules eagerly on micro-batches that pair one for one: no graph, the same
+    accumulation (libai_ext's micro-batch m of a step holds the same samples on every layout)."""
+    return not reference["graph"] and not other["graph"] and reference["acc"] == other["acc"]
 
 
 def micro_batches_logged(sizes):
@@ -388,9 +393,9 @@ def report(args, config, layouts, outputs, global_batch, stock=False):
         if first is None:
             where = "-"
         elif modules_comparable(layouts[reference], layouts[name]):
-            where = locate(outputs[reference], outputs[name], first, args.rtol)
+            where = locate(outputs[reference], outputs[name], first, args.rtol, micro_batches_logged(layouts[name]))
         else:  # micro-batches against whole batches, or a graph: no module records to compare
-            where = "losses only (accumulation or graph mode: modules are not compared)"
+            where = "losses only (different accumulation or graph mode: modules are not compared)"
         all_match &= first is None
         print(f"| {name} | {world_size(layouts[name])} | {worst:.3g} | {'-' if first is None else first} | {where} |")
     if args.plot:
