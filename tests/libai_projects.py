@@ -1,6 +1,6 @@
-"""LiBai main's projects (MoCo v3, MAE, SimCSE, Llama) as shipped, for the tests: their folders taken from an archive of
-LiBai main at the pinned commit, the user's adoption of the plugin written into a copy of each script, the data
-they read, and the command-line overrides that size them for CPU ranks.
+"""LiBai main's projects (MoCo v3, MAE, SimCSE, Llama, ChatGLM) as shipped, for the tests: their folders taken from
+an archive of LiBai main at the pinned commit, the user's adoption of the plugin written into a copy of each script,
+the data they read, and the command-line overrides that size them for CPU ranks.
 
 The adoption is what docs/usage.md shows a project's script changing, and nothing else: the base class of the
 project's trainer becomes ``libai_ext.ConsistentBatchTrainer``, ``libai_ext.apply_patches()`` comes before LiBai's
@@ -23,7 +23,9 @@ files in the same formats from real English sentences and the WordPiece vocabula
 Llama's SFT runs from a LiBai checkout too (its modules import ``projects.Llama`` and ``libai.inference``, which
 pip's install of LiBai main lacks): ``make_libai_checkout``; its data (a Llama-2 checkpoint and the Alpaca set) are
 downloads: ``write_llama_data`` writes a small HuggingFace-format Llama, a SentencePiece tokenizer and Alpaca-format
-samples from the same English text.
+samples from the same English text.  ChatGLM's SFT the same way (``projects.ChatGLM``, ``libai.inference``):
+``write_chatglm_data`` writes a small HuggingFace-format ChatGLM3, its SentencePiece tokenizer and SFT samples in
+its JSON format, and its config reads their folders from ``DATA_DIR`` and ``CHATGLM_HF_DIR`` (``chatglm_env``).
 
 The projects import torch at module level for their PyTorch checkpoint converters, which these runs never call;
 ``tests/project_stubs/torch`` stands in for that import (any use of it raises).
@@ -35,7 +37,7 @@ import tarfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCH_STAND_IN = os.path.join(ROOT, "tests", "project_stubs")
-PROJECTS = ("MOCOV3", "MAE", "SimCSE", "Llama")
+PROJECTS = ("MOCOV3", "MAE", "SimCSE", "Llama", "ChatGLM")
 
 # project: (its script, the adoption's edits of that script, the stock repairs: {file: edits})
 IMPORT = ("from libai.utils.checkpoint import Checkpointer\n",
@@ -53,6 +55,7 @@ LIBAI_SEEDING = ("    seed_for_rank = cfg.train.seed + flow.env.get_rank()\n"
                  "    np.random.seed(seed_for_rank)\n"
                  "    random.seed(seed_for_rank)\n")
 LLAMA_SCRIPT = "projects/Llama/train_net.py"
+CHATGLM_SCRIPT = "projects/ChatGLM/train_net.py"
 SCRIPTS = {
     "MOCOV3": ("pretrain_net.py", [
         IMPORT,
@@ -78,6 +81,12 @@ SCRIPTS = {
         APPLY_PATCHES,
         (MAE_SEEDING, "    libai_ext.seed_from_config(cfg)\n"),  # Llama's seeding block is MAE's, line for line
     ]),
+    "ChatGLM": (CHATGLM_SCRIPT, [
+        IMPORT,
+        ("class ChatGLMTrainer(DefaultTrainer):", "class ChatGLMTrainer(libai_ext.ConsistentBatchTrainer):"),
+        APPLY_PATCHES,
+        (MAE_SEEDING, "    libai_ext.seed_from_config(cfg)\n"),  # MAE's too
+    ]),
 }
 STOCK_REPAIRS = {
     "MOCOV3": {"pretrain_net.py": [IMPORT, APPLY_PATCHES], "trainer/moco_trainer.py": [
@@ -89,6 +98,7 @@ STOCK_REPAIRS = {
     "MAE": {"train_net.py": [IMPORT, APPLY_PATCHES, ("    flow.cuda.manual_seed(seed_for_rank)\n", "")]},
     "SimCSE": {"tools/train_net.py": [IMPORT, APPLY_PATCHES]},
     "Llama": {LLAMA_SCRIPT: [IMPORT, APPLY_PATCHES, ("    flow.cuda.manual_seed(seed_for_rank)\n", "")]},
+    "ChatGLM": {CHATGLM_SCRIPT: [IMPORT, APPLY_PATCHES, ("    flow.cuda.manual_seed(seed_for_rank)\n", "")]},
 }
 ADOPTED_SUFFIX = "_libai_ext.py"
 
@@ -115,7 +125,7 @@ def extract_projects(dest):
     from conftest import copy_from_libai_source
 
     folders = {project: os.path.join(dest, project) for project in PROJECTS}
-    checkout = {project: os.path.join(project, "projects", project) for project in ("SimCSE", "Llama")}
+    checkout = {project: os.path.join(project, "projects", project) for project in ("SimCSE", "Llama", "ChatGLM")}
     with tarfile.open(projects_archive()) as archive:
         for member in archive.getmembers():
             parts = member.name.split("/")
@@ -124,6 +134,7 @@ def extract_projects(dest):
                 archive.extract(member, dest)
     copy_from_libai_source(folders["SimCSE"], lambda parts: parts[0] == "configs" or parts == ["tools", "train_net.py"])
     make_libai_checkout(folders["Llama"])
+    make_libai_checkout(folders["ChatGLM"])
     for project in PROJECTS:
         assert os.path.isfile(os.path.join(folders[project], SCRIPTS[project][0])), (project, dest)
     return folders
@@ -180,12 +191,12 @@ def write_simcse_data(text_root, dest, sentences=200, pairs=20):
 
 
 def make_libai_checkout(folder):
-    """Make ``folder`` (holding ``projects/Llama``) a LiBai main checkout as ``pip install -e .`` leaves one: LiBai
+    """Make ``folder`` (holding ``projects/Llama`` or ``projects/ChatGLM``) a LiBai main checkout as ``pip install -e .`` leaves one: LiBai
     main's ``libai/`` (with ``libai/inference``, which pip's install from the archive lacks) and ``configs/`` from its
     source, plus what setup.py makes there: ``libai/config/configs`` (a link to ``configs/``, which LiBai's
     ``get_config`` reads), ``libai/version.py`` and the compiled dataset helpers, copied from the installed LiBai.  Not the helpers' Makefile: LiBai's start-up would run it, and its ``python3`` is whatever the
     host's PATH names (libai_ext's ``compile_step`` repair skips the step where no Makefile is, as after pip's
-    install).  Every run of a launch that holds a Llama run imports LiBai from here (``libai_checkout``)."""
+    install).  Every run of a launch that holds a Llama or ChatGLM run imports LiBai from here (``libai_checkout``)."""
     import glob
 
     import libai
@@ -216,9 +227,9 @@ LLAMA_GLOBAL_BATCH = 16
 LLAMA_ACCUMULATION = 8  # llama_sft.py's
 
 
-def write_llama_tokenizer(text_root, dest):
-    """A SentencePiece BPE model of ``LLAMA["vocab_size"]`` pieces (Llama's ids: <unk> 0, <s> 1, </s> 2) trained on
-    the real English sentences of ``libai_ext.data.text_data`` at ``text_root``: ``dest``/tokenizer.model."""
+def write_llama_tokenizer(text_root, dest, vocab_size=LLAMA["vocab_size"]):
+    """A SentencePiece BPE model of ``vocab_size`` pieces (Llama's and ChatGLM's ids: <unk> 0, <s> 1, </s> 2) trained
+    on the real English sentences of ``libai_ext.data.text_data`` at ``text_root``: ``dest``/tokenizer.model."""
     import sentencepiece as spm
 
     from libai_ext.data.text_data import FILES
@@ -226,7 +237,7 @@ def write_llama_tokenizer(text_root, dest):
     with open(os.path.join(text_root, FILES["sentences"])) as f:
         sentences = [json.loads(line)["text"] for line in f]
     spm.SentencePieceTrainer.train(sentence_iterator=iter(sentences), model_prefix=os.path.join(dest, "tokenizer"),
-                                   vocab_size=LLAMA["vocab_size"], model_type="bpe", character_coverage=1.0,
+                                   vocab_size=vocab_size, model_type="bpe", character_coverage=1.0,
                                    num_threads=1, minloglevel=2)
     return sentences, spm.SentencePieceProcessor(model_file=os.path.join(dest, "tokenizer.model"))
 
@@ -317,6 +328,95 @@ def llama_overrides(data, iters, dp=1, tp=1, pp=1, graph=None, accumulation=None
     return CPU + sizes + inputs
 
 
+# ChatGLM's HuggingFace checkpoint at CPU size: ChatGLM3's architecture (rotary, RMSNorm, multi-query attention with
+# 2 groups, SwiGLU, a QKV bias only) with 2 layers of width 64.  config.json leaves the dropouts out (HF's holds them
+# at 0.0): LiBai's loader overwrites model.cfg with every key config.json holds, and the LoRA runs set hidden_dropout.
+CHATGLM = dict(num_layers=2, hidden_size=64, num_attention_heads=4, kv_channels=16, ffn_hidden_size=128,
+               multi_query_attention=True, multi_query_group_num=2, padded_vocab_size=512, seq_length=64,
+               layernorm_epsilon=1e-5, rmsnorm=True, add_bias_linear=False, add_qkv_bias=True,
+               apply_query_key_layer_scaling=True, attention_softmax_in_fp32=True,
+               apply_residual_connection_post_layernorm=False, fp32_residual_connection=False,
+               post_layer_norm=True, tie_word_embeddings=False, eos_token_id=2, pad_token_id=0)
+CHATGLM_PIECES = 500  # ChatGLM's tokenizer numbers its 9 special tokens after the pieces: 509 ids in 512 rows
+CHATGLM_GLOBAL_BATCH = 16
+CHATGLM_ACCUMULATION = 8  # chatglm_sft.py's
+# LoRA on the QKV projection as chatglm_config.py sets it, with its dropout and the model's hidden dropout on
+CHATGLM_LORA = ("model.cfg.lora_enable=True", "model.cfg.lora_cfg.lora_dropout=0.1", "model.cfg.hidden_dropout=0.1")
+
+
+def chatglm_hf_weights(seed=0):
+    """``{HF ChatGLM key: float32 array}`` of ``CHATGLM``'s sizes from a fixed numpy seed, 10 times the scale of
+    LiBai's initialisation (norm weights around 1): loaded, they give another first loss than LiBai's own."""
+    import numpy as np
+
+    rng = np.random.RandomState(seed)
+    hidden, head, vocab = CHATGLM["hidden_size"], CHATGLM["kv_channels"], CHATGLM["padded_vocab_size"]
+    heads = CHATGLM["num_attention_heads"] * head
+    qkv = heads + 2 * CHATGLM["multi_query_group_num"] * head  # multi-query: 2 groups of keys and values
+    shapes = {"transformer.embedding.word_embeddings.weight": (vocab, hidden),
+              "transformer.encoder.final_layernorm.weight": (hidden,),
+              "transformer.output_layer.weight": (vocab, hidden)}
+    for n in range(CHATGLM["num_layers"]):
+        layer = f"transformer.encoder.layers.{n}."
+        shapes.update({layer + "input_layernorm.weight": (hidden,),
+                       layer + "post_attention_layernorm.weight": (hidden,),
+                       layer + "self_attention.query_key_value.weight": (qkv, hidden),
+                       layer + "self_attention.query_key_value.bias": (qkv,),
+                       layer + "self_attention.dense.weight": (hidden, heads),
+                       layer + "mlp.dense_h_to_4h.weight": (2 * CHATGLM["ffn_hidden_size"], hidden),
+                       layer + "mlp.dense_4h_to_h.weight": (hidden, CHATGLM["ffn_hidden_size"])})
+    weights = {key: (1 + 0.1 * rng.standard_normal(shape) if key.endswith("layernorm.weight")
+                     else 0.2 * rng.standard_normal(shape)).astype(np.float32) for key, shape in shapes.items()}
+    # HF's checkpoint holds the rotary frequencies too (LiBai's ChatGLM loader drops them)
+    rotary = head // 2
+    weights["transformer.rotary_pos_emb.inv_freq"] = 1.0 / 10000 ** (np.arange(0, rotary, 2, dtype=np.float32) / rotary)
+    return weights
+
+
+def write_chatglm_data(text_root, dest, samples=200):
+    """ChatGLM's SFT inputs under ``dest``: ``hf/`` (``CHATGLM_HF_DIR``: config.json, model.safetensors of
+    ``chatglm_hf_weights``, ``write_llama_tokenizer``'s tokenizer.model of ``CHATGLM_PIECES`` pieces) and ``sft/``
+    (``DATA_DIR``: train.json and test.json as ``ChatGLMTrainDataset`` reads them, ``{"prompt": [...], "query":
+    [...], "response": [...]}``, query and response two consecutive real sentences)."""
+    from safetensors.numpy import save_file
+
+    hf, sft = os.path.join(dest, "hf"), os.path.join(dest, "sft")
+    os.makedirs(hf, exist_ok=True)
+    os.makedirs(sft, exist_ok=True)
+    sentences, _ = write_llama_tokenizer(text_root, hf, CHATGLM_PIECES)
+    save_file(chatglm_hf_weights(), os.path.join(hf, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(hf, "config.json"), "w") as f:
+        json.dump(dict(CHATGLM, architectures=["ChatGLMModel"], model_type="chatglm", torch_dtype="float32"), f,
+                  indent=1)
+    for split, first in (("train", 0), ("test", 2 * samples)):
+        pairs = range(first, first + 2 * samples, 2)
+        with open(os.path.join(sft, f"{split}.json"), "w") as f:
+            json.dump({"prompt": ["Continue: "] * samples, "query": [sentences[i] for i in pairs],
+                       "response": [sentences[i + 1] for i in pairs]}, f)
+    return dest
+
+
+def chatglm_env(data):
+    """The environment variables chatglm_sft.py reads when it loads, for ``write_chatglm_data``'s folder."""
+    return {"DATA_DIR": os.path.join(data, "sft"), "CHATGLM_HF_DIR": os.path.join(data, "hf")}
+
+
+def chatglm_overrides(data, iters, dp=1, tp=1, pp=1, graph=None, accumulation=None):
+    """ChatGLM's SFT sized for CPU ranks on ``write_chatglm_data``'s folder: the model's sizes come from the
+    checkpoint's config.json (``CHATGLM``), samples of 64 tokens, global batch 16 in ``accumulation`` micro-batches
+    (8 as chatglm_sft.py ships, eager; graph mode, which it ships on, 1, as MAE's), activation checkpointing as
+    shipped, ``iters`` optimizer steps.  chatglm_config.py's ``pretrained_model_path`` is a relative
+    "chatglm/chatglm2-6b": set to the checkpoint CHATGLM_HF_DIR names."""
+    graph = True if graph is None else graph
+    if accumulation is None:
+        accumulation = 1 if graph else CHATGLM_ACCUMULATION
+    sizes = run_sizes(dp, tp, pp, CHATGLM["num_layers"], CHATGLM_GLOBAL_BATCH, accumulation, iters)
+    inputs = [f"model.cfg.pretrained_model_path={chatglm_env(data)['CHATGLM_HF_DIR']}", f"graph.enabled={graph}"]
+    inputs += [f"dataloader.train.dataset.0.{k}={v}" for k, v in dict(max_source_len=32, max_target_len=31,
+                                                                       max_length=64).items()]
+    return CPU + sizes + inputs
+
+
 CPU = ["train.dist.device_type=cpu", "train.input_placement_device=cpu", "train.rdma_enabled=False",
        "train.amp.enabled=False"]
 VIT = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2)
@@ -343,6 +443,8 @@ def overrides(project, data, iters, dp=1, tp=1, pp=1, graph=None, accumulation=N
     ``iters`` iterations."""
     if project == "Llama":
         return llama_overrides(data, iters, dp, tp, pp, graph, accumulation)
+    if project == "ChatGLM":
+        return chatglm_overrides(data, iters, dp, tp, pp, graph, accumulation)
     accumulation = 2 if project == "MAE" and not graph else 1
     layers = VIT["depth"] * (2 if project == "MAE" else 1)  # MAE's decoder blocks take layer_idx after the encoder's
     sizes = run_sizes(dp, tp, pp, layers, GLOBAL_BATCH, accumulation, iters)
@@ -381,4 +483,5 @@ def project_data(work, text_root):
 
     imagenet = ensure_digits_imagenet(os.path.join(work, "imagenet"))
     return {"MOCOV3": imagenet, "MAE": imagenet, "SimCSE": write_simcse_data(text_root, os.path.join(work, "simcse")),
-            "Llama": write_llama_data(text_root, os.path.join(work, "llama"))}
+            "Llama": write_llama_data(text_root, os.path.join(work, "llama")),
+            "ChatGLM": write_chatglm_data(text_root, os.path.join(work, "chatglm"))}

@@ -1,7 +1,8 @@
 """On every rank: run LiBai projects' own training scripts, one after another in this process, as
 ``python <script> --config-file <config> <overrides>`` would from the project's folder.
 
-``--plan``: a JSON list of ``{"name", "folder", "script", "argv"}``.  Each run starts in its folder with the
+``--plan``: a JSON list of ``{"name", "folder", "script", "argv", "env"}`` (``env``: environment variables the
+run's config reads, set for it and removed after).  Each run starts in its folder with the
 folder first on ``sys.path`` (the projects import their ``modeling``, ``configs``, ``trainer`` packages from there)
 and the modules of any other project folder forgotten.  Writes one record per run: the name and rank 0's losses per
 iteration, raw (``losses.jsonl``, which ``ConsistentBatchTrainer`` writes) where the run has them, else LiBai's
@@ -21,7 +22,7 @@ def forget_modules_under(folders):
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None) or ""
         if name.split(".")[0] == "libai":
-            continue  # a LiBai checkout's libai (Llama's folder, first on PYTHONPATH) serves the whole launch
+            continue  # a LiBai checkout's libai (an LLM project's folder, first on PYTHONPATH) serves the launch
         if any(path.startswith(folder + os.sep) for folder in folders):
             del sys.modules[name]
 
@@ -40,10 +41,13 @@ def run(entry, folders):
     os.chdir(entry["folder"])
     sys.path.insert(0, entry["folder"])
     sys.argv = [entry["script"], *entry["argv"]]
+    os.environ.update(entry.get("env", {}))
     try:
         runpy.run_path(entry["script"], run_name="__main__")
     finally:
         sys.path.remove(entry["folder"])
+        for name in entry.get("env", {}):
+            del os.environ[name]
     output_dir = next(a.split("=", 1)[1] for a in entry["argv"] if a.startswith("train.output_dir="))
     kind, values = losses(output_dir) if int(os.environ.get("RANK", "0")) == 0 else (None, [])
     write_rank_result(name=entry["name"], kind=kind, losses=values)
