@@ -193,6 +193,15 @@ def test_layer_norm_takes_the_cpu_path_for_cpu_inputs_only(monkeypatch):
     assert seen == ["libai", "cpu"]
 
 
+def test_rms_norm_takes_the_cpu_path_for_cpu_inputs_only():
+    seen = []
+    forward = cpu_layer_norm.dispatching_forward(lambda module, x: seen.append("libai") or "libai",
+                                                 lambda module, x: seen.append("cpu rms") or "cpu rms")
+    assert forward(None, FakeInput("cuda")) == "libai"
+    assert forward(None, FakeInput("cpu")) == "cpu rms"
+    assert seen == ["libai", "cpu rms"]
+
+
 
 def _global_cpu(array):
     return flow.tensor(array).to_global(placement=flow.placement("cpu", [0]), sbp=flow.sbp.broadcast)
