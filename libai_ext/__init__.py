@@ -24,7 +24,7 @@ _EXPORTS = {
     "DropPath": ".random.layers", "Dropout": ".random.layers", "UnkeyedGraphDraw": ".random.layers",
     "convert_stochastic_layers": ".random.layers", "watch_model": ".random.layers.stochastic_ops",
     "build_with_seeded_init": ".random", "recording_init": ".random", "reinitialize": ".random",
-    "watch_late_parameters": ".random", "drawing_step": ".random.draws",
+    "watch_late_parameters": ".random", "drawing_step": ".random.draws", "Step": ".random.draws",
 }
 _SUBPACKAGES = ("checkpoint", "cli", "compat", "config", "data", "engine", "lifetime", "models", "random", "testing")
 __all__ = sorted(_EXPORTS, key=str.lower)

@@ -35,11 +35,11 @@ def test_layout_records_the_device_of_stage0s_tensor():
 def test_placeholders_are_made_on_the_recorded_device(monkeypatch, device):
     requested = []
 
-    def empty(shape, dtype=None, device=None):
+    def zeros(shape, dtype=None, device=None):
         requested.append((list(shape), dtype, device))
         return "placeholder"
 
-    monkeypatch.setattr(stage0_loading.flow, "empty", empty)
+    monkeypatch.setattr(stage0_loading.flow, "zeros", zeros)
     spec = {"shape": [2, 5], "dtype": "oneflow.int64", "device": device, "sbp_list": ["split_0", "broadcast"],
             "placement_idx": -1}
     assert stage0_loading.placeholder(spec) == "placeholder"

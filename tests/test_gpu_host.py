@@ -1,7 +1,7 @@
 """A rank of an 8-GPU host: one generator per (device, stream), and only its own GPU touched.
 
 Run on this CPU host by recording OneFlow's generator constructor and every call that reaches a
-GPU's generator (``libai_ext.testing.device_calls``) in a simulated 8-GPU host, on 2 real ranks
+GPU's generator (``rank_scripts/device_calls.py``) in a simulated 8-GPU host, on 2 real ranks
 (``LOCAL_RANK`` 0 and 1, as OneFlow's launcher sets them).  Counted per rank: the generators
 created, by device, and the CUDA devices touched by seeding, random-state capture and restore,
 keyed augmentation and "fast" dropout.  ``flow.cuda.manual_seed_all`` (what libai_ext 0.1 seeded

@@ -13,7 +13,7 @@ import os
 
 from conftest import rank_script
 from libai_ext.lifetime.launcher import DISABLE_ENV, die_with_launcher, is_oneflow_launcher
-from libai_ext.testing.lifetime import launch_under_timeout
+from timed_launch import launch_under_timeout
 
 LIMIT_S = 5.0
 NPROC = 2

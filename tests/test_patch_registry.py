@@ -118,6 +118,42 @@ def test_every_name_of_a_changed_attribute_is_listed(empty_registry):
     assert {"oneflow.Tensor.bernoulli", "oneflow.framework.tensor.Tensor.bernoulli"} <= names
 
 
+def test_a_train_graphs_class_is_a_named_change_that_ends_with_the_graph(empty_registry):
+    """``feed_step`` changes the class of a graph object: named, undone by the registry, forgotten with the graph."""
+    import gc
+
+    import oneflow as flow
+
+    from libai_ext.engine.graph import StepFedGraph, feed_step
+
+    class Graph(flow.nn.Graph):
+        def build(self, x):
+            return x
+
+    graph = feed_step(Graph())
+    (row,) = patching.applied_patches()
+    assert isinstance(graph, StepFedGraph) and row["patch"] == "step_fed_graph" and ".__class__" in row["target"]
+    patching.undo_patch("step_fed_graph")
+    assert type(graph) is Graph and patching.applied() == {}
+    feed_step(graph)
+    del graph
+    gc.collect()
+    assert patching.applied() == {}
+
+
+def test_samplers_see_the_placements_rank_only_while_loaders_build(empty_registry):
+    import libai.utils.distributed as dist
+
+    from libai_ext.compat.layout import placement_data_parallel_rank
+    from libai_ext.engine.trainer import samplers_follow_placement
+
+    original = dist.get_data_parallel_rank
+    with samplers_follow_placement():
+        assert dist.get_data_parallel_rank is placement_data_parallel_rank
+        assert [row["patch"] for row in patching.applied_patches()] == ["sampler_placement_rank"]
+    assert dist.get_data_parallel_rank is original and patching.applied() == {}
+
+
 def test_the_snapshot_sees_a_change_made_around_the_registry():
     """What makes the footprint runs able to fail: a change that bypasses the registry is found, and unnamed."""
     import libai.utils.distributed as dist

@@ -23,6 +23,7 @@
   the read order.
 """
 import importlib
+import importlib.util
 import logging
 import os
 import sys
@@ -31,7 +32,7 @@ import numpy as np
 import oneflow as flow
 import pytest
 
-from conftest import RANK_SCRIPTS, rank_script, records_of_every_rank
+from conftest import RANK_SCRIPTS, ROOT, rank_script, records_of_every_rank
 
 sys.path.insert(0, RANK_SCRIPTS)
 
@@ -39,10 +40,14 @@ from random_op_cases import BROKEN_IN_ONEFLOW, CASES, FAN_SCALED, LOCAL_ONLY, RO
 
 from libai_ext.random.layers import stochastic_ops  # noqa: E402
 from libai_ext.random.layers.random_ops import HANDLERS  # noqa: E402
-from libai_ext.random import oneflow_draws, op_inventory  # noqa: E402
+from libai_ext.random import oneflow_draws  # noqa: E402
 from libai_ext.random.audit import REFUSED, StochasticModelError, audit_stochastic_ops, refused_modules  # noqa: E402
 from libai_ext.random.draws import drawing_step  # noqa: E402
 from libai_ext.random.oneflow_random_ops import INVENTORY  # noqa: E402
+
+_TOOL = os.path.join(ROOT, "tools", "dev", "random_op_inventory.py")  # the generator of INVENTORY, a development tool
+op_inventory = importlib.util.module_from_spec(importlib.util.spec_from_file_location("random_op_inventory", _TOOL))
+op_inventory.__spec__.loader.exec_module(op_inventory)
 from libai_ext.compat import libai_line, libai_main  # noqa: E402
 from libai_ext.testing import launch  # noqa: E402
 
@@ -86,11 +91,22 @@ def called_in_inventory():
 def test_the_inventory_is_what_the_installed_oneflows_registries_say():
     assert INVENTORY["oneflow"] == flow.__version__
     derived = op_inventory.derive(called_in_inventory())
-    assert derived == INVENTORY, "python -m libai_ext.random.op_inventory --write, then route or refuse what is new"
+    assert derived == INVENTORY, "python tools/dev/random_op_inventory.py --write, then route or refuse what is new"
     # The registries and the parser: 18 functions take a generator, and these draw without one.
     assert len(op_inventory.generator_functions()) == 18
     assert {"uniform_", "dropout1d", "dropout2d", "dropout3d", "lstm", "gru", "rnn_tanh", "rnn_relu"} <= \
         set(INVENTORY["functions"])
+
+
+def test_another_oneflow_is_refused_naming_both_versions(monkeypatch):
+    monkeypatch.setitem(INVENTORY, "oneflow", "0.8.0")
+    with pytest.raises(RuntimeError, match=r"made for OneFlow 0\.8\.0, this is OneFlow 0\.9\.0.*oneflow==0\.8\.0"):
+        oneflow_draws.inventory()
+
+
+def test_the_generated_module_is_what_the_tool_writes():
+    with open(op_inventory.GENERATED) as f:
+        assert f.read() == op_inventory.render(INVENTORY)
 
 
 @pytest.mark.long

@@ -112,19 +112,11 @@ def print_report(report, trainer_cls, num_batches, world_size):
 
 def run(args):
     """Set up this rank as ``libai-ext-train`` does, check, report; the exit code."""
-    from libai.engine import default_setup
     from libai.utils import distributed as dist
 
-    from ..compat import apply_patches, fill_missing_config_keys
-    from ..engine.launch import check_config, load_config
-    from ..random import seed_from_config
+    from ..engine.launch import setup
 
-    cfg = load_config(args)
-    trainer_cls = check_config(cfg)
-    fill_missing_config_keys(cfg)
-    apply_patches()
-    default_setup(cfg, args)
-    seed_from_config(cfg)
+    cfg, trainer_cls = setup(args, claim_output=False)  # a check trains nothing: a live run may share the folder
     report = check(cfg, trainer_cls, args.num_batches)
     if dist.is_main_process():
         print_report(report, trainer_cls, args.num_batches, dist.get_world_size())

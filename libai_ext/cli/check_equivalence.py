@@ -15,7 +15,10 @@ import sys
 import tempfile
 import time
 
-from .common import STOCK_MEANING, ToolParser, epilog, is_stock, module_target, rank_environ, require_files
+from .common import (
+    STOCK_MEANING, ToolParser, compare_losses, epilog, is_stock, module_target, rank_environ, relative_differences,
+    require_files, require_pyplot,
+)
 
 MODULE = "libai_ext.cli.check_equivalence"
 RANK_FLAG = "--as-rank"
@@ -229,18 +232,6 @@ def read_losses(output, iters, micro_batches=1):
 
 # --- comparing ----------------------------------------------------------------------------------
 
-def relative_differences(reference, losses):
-    """Per iteration, ``|loss - reference| / |reference|``."""
-    return [abs(a - b) / max(abs(a), 1e-30) for a, b in zip(reference, losses)]
-
-
-def compare_losses(reference, losses, rtol):
-    """``(max relative difference, first iteration above rtol or None)``."""
-    diffs = relative_differences(reference, losses)
-    first = next((i for i, d in enumerate(diffs) if not d <= rtol), None)
-    return max(diffs), first
-
-
 def first_difference(reference, other, rtol, kinds=("batch", ":out")):
     """The first record (reference order) of the given kinds whose fingerprint differs."""
     from ..engine.module_recorder import difference
@@ -286,24 +277,11 @@ def describe(found, where):
 
 # --- plotting -----------------------------------------------------------------------------------
 
-def require_pyplot():
-    """matplotlib's pyplot (Agg), or a ``UsageError`` saying how to install it."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise UsageError("--plot needs matplotlib, which is not installed: pip install matplotlib "
-                         "(or install libai_ext with its dev extra)") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_losses(losses, reference, path, rtol, title=""):
     """One PNG: every layout's raw loss per iteration overlaid (top), and each layout's relative
     difference from ``reference`` per iteration with ``rtol`` marked (bottom, symmetric log scale:
     an exact match sits on 0)."""
-    plt = require_pyplot()
+    plt = require_pyplot(UsageError, "--plot")
     fig, (ax_loss, ax_diff) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     styles, markers = ["-", "--", ":", "-."], ["o", "s", "^", "x", "v", "D", "P", "*"]
@@ -345,7 +323,7 @@ def check(args):
     if len(layouts) < 2:
         raise UsageError("--layouts needs at least two different layouts (the first is the reference)")
     if args.plot:
-        require_pyplot()  # before the runs, not after them
+        require_pyplot(UsageError, "--plot")  # before the runs, not after them
     configs = {config: configured(config, args.opts) for config in args.config_file}
     global_batches = {config: args.global_batch or configured_global_batch(cfg, config)
                       for config, cfg in configs.items()}

@@ -98,6 +98,32 @@ class ToolParser(argparse.ArgumentParser):
         return parsed
 
 
+def require_pyplot(error, what):
+    """matplotlib's pyplot (Agg), or ``error`` (an exception class) saying that ``what`` needs it and how to
+    install it."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise error(f"{what} needs matplotlib, which is not installed: pip install matplotlib (or install "
+                    "libai_ext with its dev extra)") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def relative_differences(reference, losses):
+    """Per iteration, ``|loss - reference| / |reference|``."""
+    return [abs(a - b) / max(abs(a), 1e-30) for a, b in zip(reference, losses)]
+
+
+def compare_losses(reference, losses, rtol):
+    """``(max relative difference, index of the first above rtol or None)``; a NaN counts as above."""
+    diffs = relative_differences(reference, losses)
+    first = next((i for i, d in enumerate(diffs) if not d <= rtol), None)
+    return max(diffs), first
+
+
 def module_target(module_name):
     """What ``libai_ext.testing.launch`` runs on each rank for a tool's module: ``python -m MODULE``.
 

@@ -6,7 +6,7 @@ import math
 import os
 import sys
 
-from .common import STOCK_MEANING, ToolParser, epilog, is_stock
+from .common import STOCK_MEANING, ToolParser, compare_losses, epilog, is_stock, require_pyplot
 
 DESCRIPTION = """\
 Compare LiBai training runs: their loss and top-1 curves in one PNG (--out PATH: PATH.png) and
@@ -161,9 +161,8 @@ def raw_loss_difference(run, reference, rtol):
     common = sorted(set(ours) & set(theirs))
     if not common:
         raise RunError(f"{run['name']} and {reference['name']} share no iteration in losses.jsonl")
-    diffs = [(it, abs(ours[it] - theirs[it]) / max(abs(theirs[it]), 1e-12)) for it in common]
-    above = [it for it, d in diffs if d > rtol]
-    return max(d for _, d in diffs), (above[0] if above else None), len(common)
+    largest, first = compare_losses([theirs[it] for it in common], [ours[it] for it in common], rtol)
+    return largest, None if first is None else common[first], len(common)
 
 
 def fmt(value, digits):
@@ -254,18 +253,6 @@ def write_table(summaries, title, md, png, reference=None, rtol=1e-5):
         f.write("\n".join(lines) + "\n")
 
 
-def require_pyplot():
-    try:
-        import matplotlib
-    except ImportError:
-        raise RunError("matplotlib is not installed: pip install matplotlib (or install libai_ext with its "
-                       "dev extra)") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def build_parser():
     parser = ToolParser(description=DESCRIPTION, epilog=epilog(exit_codes=EXIT_CODES, examples=EXAMPLES))
     parser.add_argument("--runs", nargs="+", required=True, metavar="NAME=OUTPUT_DIR",
@@ -300,7 +287,7 @@ def main(argv=None):
             reference = summaries[names.index(args.reference)]
             for s in summaries:  # every raw-loss file is read before anything is written
                 raw_loss_difference(s, reference, args.rtol)
-        plt = require_pyplot()
+        plt = require_pyplot(RunError, "the plot")
     except (RunError, FileNotFoundError) as e:
         parser.error(str(e))
     out_dir = os.path.dirname(args.out)

@@ -30,16 +30,12 @@ def call_arguments(input_placement_device, mixup_func, line=None):
     return tuple(values[name] for name in (line or detect.libai_line()).GET_BATCH_ARGUMENTS)
 
 
-def call_get_batch(get_batch, data, mixup_func=None, device_type=None, line=None):
-    """``get_batch(data, ...)`` as the installed line's trainers call it (scripts, tools, tests).
+def call_get_batch(get_batch, data, mixup_func=None):
+    """``get_batch(data, ...)`` as the installed line's trainers call it (scripts, tools, tests), main's
+    ``input_placement_device`` the layout's device kind."""
+    from .layout import layer_placement
 
-    ``device_type`` is main's ``input_placement_device``; by default the layout's device kind.
-    """
-    if device_type is None:
-        from .layout import layer_placement
-
-        device_type = layer_placement(0).type
-    return get_batch(data, *call_arguments(device_type, mixup_func, line))
+    return get_batch(data, *call_arguments(layer_placement(0).type, mixup_func))
 
 
 def run_step_arguments(device_type=None, line=None):

@@ -4,8 +4,9 @@
 docs/upstream-bugs.md, or the guarantee it serves), the LiBai line and device it applies to, the
 config key that turns it off (or why none can), and the test that covers it.  The code that makes
 a change goes through here, so that ``applied_patches()`` names, under every name it is reachable
-by, each attribute of OneFlow, LiBai or flowvision replaced or added in this process, and each
-change to the process (signal handlers, the at-fork hook, ``prctl``, the profile function):
+by, each attribute of OneFlow, LiBai or flowvision replaced or added in this process, the class of
+each train graph given the step, and each change to the process (signal handlers, the at-fork hook,
+``prctl``, the profile function):
 
 * ``replace(owner, name, replacement, reason, patch=None)``: ``owner.name = replacement``, once;
 * ``temporarily(changes, patch)``: the same for the body of a ``with`` block only;
@@ -20,6 +21,7 @@ import collections
 import contextlib
 import sys
 import types
+import weakref
 
 _ABSENT = object()
 
@@ -62,6 +64,15 @@ PATCHES = (
           "oneflow.nn.graph.proxy.ProxyTensor.origin, .config (added)",
           f"{_UPSTREAM} #9 (LiBai 0.1.1's GraphBase on OneFlow 0.9.0)", "0.1.1", "any", _REPAIR_DISABLE,
           "tests/test_compat.py, tests/test_graph_libai.py", "process"),
+    Patch("sampler_placement_rank", "libai.utils.distributed.get_data_parallel_rank",
+          f"{_UPSTREAM} #2 (samplers read another shard than the stage-0 placement under data x pipeline parallelism)",
+          "both", "any", "none with libai_ext.ConsistentBatchTrainer: its batches are built on the stage-0 placement",
+          "tests/test_pairing.py, tests/test_patch_registry.py", "while the trainer builds its data loaders"),
+    Patch("step_fed_graph", "the class of each train graph given the step (ConsistentBatchTrainer's, or "
+          "libai_ext.feed_step(graph)): a subclass of it that also derives from libai_ext.StepFedGraph",
+          "layout-invariant randomness: a train graph takes the step as an input, so it draws eager training's masks "
+          "(docs/randomness.md)", "both", "any", "none with libai_ext.ConsistentBatchTrainer in graph mode",
+          "tests/test_graph.py, tests/test_patch_registry.py", "the graph's lifetime"),
     Patch("special_tokens", "libai.tokenizer.build.build_tokenizer, libai.engine.default.build_tokenizer",
           f"{_UPSTREAM} #22 (T5's special tokens: [UNK] on 0.1.1, ids past the embedding on main)", "both", "any",
           "none: a declared special token outside the vocabulary is a wrong id on every run",
@@ -121,8 +132,11 @@ _applied = []  # Change records in force, oldest first (a temporary change may l
 
 
 def qualified_name(owner, name):
-    prefix = owner.__name__ if isinstance(owner, types.ModuleType) else f"{owner.__module__}.{owner.__qualname__}"
-    return f"{prefix}.{name}"
+    if isinstance(owner, types.ModuleType):
+        return f"{owner.__name__}.{name}"
+    if isinstance(owner, type):
+        return f"{owner.__module__}.{owner.__qualname__}.{name}"
+    return f"{type(owner).__module__}.{type(owner).__qualname__} object at {id(owner):#x}.{name}"
 
 
 def _patch_of(target, reason, patch):
@@ -142,12 +156,19 @@ def _in_force(target):
 
 def replace(owner, name, replacement, reason, patch=None, over=False):
     """``owner.name = replacement``, once (``over``: also over a change in force); remembers why and what
-    was there.  True if it changed something."""
+    was there.  True if it changed something.  ``owner`` may be an object other than a module or class (a
+    graph's ``__class__``): the record then holds it weakly and ends with it."""
     target = qualified_name(owner, name)
     if _in_force(target) and not over:
         return False
-    original = vars(owner).get(name, _ABSENT) if hasattr(owner, "__dict__") else getattr(owner, name, _ABSENT)
+    if name == "__class__":
+        original = type(owner)
+    else:
+        original = vars(owner).get(name, _ABSENT) if hasattr(owner, "__dict__") else getattr(owner, name, _ABSENT)
     setattr(owner, name, replacement)
+    if not isinstance(owner, (types.ModuleType, type)):
+        weakref.finalize(owner, released, target)
+        owner = weakref.proxy(owner)
     _applied.append(Change(target, _patch_of(target, reason, patch), reason, owner, name, original, None))
     return True
 
@@ -281,10 +302,10 @@ def summary():
 TABLE_COLUMNS = ("key", "targets", "why", "line", "device", "scope", "disable", "test")
 
 
-def table_markdown(patches=PATCHES):
+def table_markdown():
     """The declared patches as a Markdown table (docs/architecture.md holds this text)."""
     lines = ["| " + " | ".join(TABLE_COLUMNS) + " |", "|" + "---|" * len(TABLE_COLUMNS)]
-    for patch in patches:
+    for patch in PATCHES:
         cells = [str(getattr(patch, column)).replace("|", "\\|") for column in TABLE_COLUMNS]
         cells[0] = f"`{cells[0]}`"
         lines.append("| " + " | ".join(cells) + " |")

@@ -1,4 +1,5 @@
-"""Turn a batch of local ``DistTensorData`` fields into global tensors, all from stage 0.
+"""The batch path: a batch of local ``DistTensorData`` fields made global tensors, all from stage 0
+(``consistent_batch``, the body of ``ConsistentBatchTrainer.get_batch``).
 
 Stock LiBai makes each field global directly on the placement of its
 ``placement_idx``, so each field keeps the local data of a *different* stage:
@@ -63,42 +64,11 @@ def check_fields(data):
     return fields
 
 
-def field_to_stage0(tensor, field, name, device_type=None):
-    """``tensor`` global on stage 0 with the field's sbp (its target checked first)."""
-    placement_of(field.placement_idx, name, device_type)
-    sbp = nd_sbp_from_names(field.sbp_list, name)
-    return tensor.to_global(sbp=sbp, placement=layout.layer_placement(0, device_type))
-
-
-def stage0_to_field_stage(tensor, field, name, device_type=None):
-    """A stage-0 global ``tensor`` with the field's sbp, moved to the field's stage."""
-    sbp = nd_sbp_from_names(field.sbp_list, name)
-    target = placement_of(field.placement_idx, name, device_type)
-    tensor = tensor.to_global(sbp=sbp, placement=tensor.placement)
-    if target != tensor.placement:
-        tensor = tensor.to_global(sbp=sbp, placement=target)
-    return tensor
-
-
-def field_to_global_via_stage0(tensor, field, name, device_type=None):
-    """Make ``tensor`` global on stage 0 with the field's sbp, then move it to the field's stage."""
-    return stage0_to_field_stage(field_to_stage0(tensor, field, name, device_type), field, name, device_type)
-
-
-def fields_to_global(tensors, fields, global_mixup=None, device_type=None):
-    """Every local field global on stage 0, mixed there by ``global_mixup`` if any, then on its stage."""
-    if global_mixup is None:
-        return {name: field_to_global_via_stage0(tensors[name], fields[name], name, device_type) for name in fields}
-    stage0 = {name: field_to_stage0(tensors[name], fields[name], name, device_type) for name in fields}
-    stage0["images"], stage0["labels"] = global_mixup(stage0["images"], stage0["labels"])
-    return {name: stage0_to_field_stage(stage0[name], fields[name], name, device_type) for name in fields}
-
-
 def check_mixup_fields(names, mixup_func):
     """LiBai's convention: mixup rewrites ``images`` and ``labels`` together."""
-    missing = [k for k in ("images", "labels") if k not in names]
-    if mixup_func is not None and missing:
-        raise KeyError(f"mixup_func is set but the batch has no field {missing[0]!r} (fields: {sorted(names)})")
+    for name in ("images", "labels") if mixup_func is not None else ():
+        if name not in names:
+            raise KeyError(f"mixup_func is set but the batch has no field {name!r} (fields: {sorted(names)})")
 
 
 def apply_mixup(tensors, mixup_func, device_type=None):
@@ -123,11 +93,56 @@ def reraise_worker_error(data):
         data.reraise()
 
 
-def consistent_batch(data, mixup_func=None, device_type=None):
-    """The body of ``ConsistentBatchTrainer.get_batch``; leaves ``data`` unaltered."""
+def consistent_batch(data, mixup_func=None, device_type=None, step=None):
+    """The body of ``ConsistentBatchTrainer.get_batch``: ``{field: global tensor}`` of LiBai's ``Instance`` ``data``
+    (left unaltered), every field made global on stage 0, mixed there, then moved to its own stage.
+
+    ``step``: the training step (``random.draws.Step``) a global mixup is keyed by.  A step's joined micro-batches
+    (``step_batches.StepBatchLoader``) are made global once, at their first micro-step, and each micro-step gets
+    its rows (``micro_rows``).
+    """
     reraise_worker_error(data)
-    fields = check_fields(data)
-    check_mixup_fields(fields, mixup_func)
-    local_mixup, global_mixup = split_mixup(mixup_func)
-    tensors = apply_mixup({name: field.tensor for name, field in fields.items()}, local_mixup, device_type)
-    return fields_to_global(tensors, fields, global_mixup, device_type)
+    micro_batches = getattr(data, "_micro_batches", 1)
+    batch = getattr(data, "_global", None)
+    if batch is None:
+        fields = check_fields(data)
+        check_mixup_fields(fields, mixup_func)
+        local_mixup, global_mixup = split_mixup(mixup_func, None if step is None else step.mode)
+        mixed = None if local_mixup is None else apply_mixup(
+            {name: field.tensor for name, field in fields.items()}, local_mixup, device_type)
+        stage0 = layout.layer_placement(0, device_type)
+        batch, sbp, targets = {}, {}, {}
+        for name, field in fields.items():
+            targets[name] = placement_of(field.placement_idx, name, device_type)
+            sbp[name] = nd_sbp_from_names(field.sbp_list, name)
+            batch[name] = (field.tensor if mixed is None else mixed[name]).to_global(sbp=sbp[name], placement=stage0)
+        if global_mixup is not None:
+            batch["images"], batch["labels"] = global_mixup(batch["images"], batch["labels"], step)
+        for name, tensor in batch.items():
+            if global_mixup is not None:
+                tensor = tensor.to_global(sbp=sbp[name], placement=stage0)
+            batch[name] = tensor if targets[name] == stage0 else tensor.to_global(sbp=sbp[name],
+                                                                                 placement=targets[name])
+        if micro_batches > 1:
+            data._global = batch
+    if micro_batches > 1:
+        return {name: micro_rows(tensor, data._micro, micro_batches) for name, tensor in batch.items()}
+    return batch
+
+
+def _blocks_along_dim0(tensor):
+    """How many data-parallel blocks dim 0 of a global tensor is split into."""
+    hierarchy = tensor.placement.ranks.shape
+    parts = 1
+    for axis, sbp in enumerate(tensor.sbp):
+        if sbp == flow.sbp.split(0):
+            parts *= hierarchy[axis]
+    return parts
+
+
+def micro_rows(tensor, micro, micro_batches):
+    """Rows ``[m * s, (m + 1) * s)`` of each data-parallel block of a global step tensor (no communication)."""
+    blocks = _blocks_along_dim0(tensor)
+    rows = tensor.shape[0] // (blocks * micro_batches)
+    shaped = tensor.reshape(blocks, micro_batches, rows, *tensor.shape[1:])
+    return shaped[:, micro].reshape(blocks * rows, *tensor.shape[1:])

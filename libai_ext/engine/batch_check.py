@@ -29,7 +29,7 @@ from ..compat import get_batch_api, libai_line
 from ..compat.layout import layout_coordinates
 from ..random.global_mixup import split_mixup
 from .batch import apply_mixup, check_fields, reraise_worker_error
-from .stage0_loading import Stage0Batch
+from .stage0_loading import stage0_only_loading
 from .trainer import ConsistentBatchTrainer
 
 BATCH_CHECK_MODES = ("off", "first", "every")
@@ -145,22 +145,24 @@ def install_batch_check(trainer, mode):
     original = trainer.get_batch
     trainer_cls = type(trainer)
     from_stage0 = issubclass(trainer_cls, ConsistentBatchTrainer)
+    stage0_only = from_stage0 and hasattr(trainer, "cfg") and stage0_only_loading(trainer.cfg)
 
     def guarded_get_batch(data, *args, **kwargs):
         # The installed LiBai's calling convention: (data, mixup_func) or (data, device, mixup_func).
         device_type, mixup_func = get_batch_api.split_arguments(args, kwargs)
         reraise_worker_error(data)
-        if isinstance(data, Stage0Batch):
+        if stage0_only:
             if not guarded_get_batch.checked:
                 logger.info("batch check: stage-0-only loading, only stage 0 holds batches: nothing to compare")
                 guarded_get_batch.checked = True
             return original(data, *get_batch_api.call_arguments(device_type, mixup_func))
         if mode == "every" or not guarded_get_batch.checked:
             # A global mixup runs after the batch is global: check the local batches it starts from.
-            local_mixup, global_mixup = split_mixup(mixup_func) if from_stage0 else (mixup_func, None)
-            data = mixed_copy(data, local_mixup, device_type)
-            mixup_func = None if global_mixup is None else mixup_func
-            check_batch(data, trainer_cls, trainer.iter)
+            local_mixup = split_mixup(mixup_func)[0] if from_stage0 else mixup_func
+            mixed = mixed_copy(data, local_mixup, device_type)
+            check_batch(mixed, trainer_cls, trainer.iter)
+            if local_mixup is not None:  # (else ``data`` as read: a step's joined micro-batches stay marked)
+                data, mixup_func = mixed, None
             guarded_get_batch.checked = True
             logger.info(f"batch check passed at iteration {trainer.iter}")
         return original(data, *get_batch_api.call_arguments(device_type, mixup_func))

@@ -91,12 +91,13 @@ def write_run_info(cfg, trainer_cls, wall_time_s, results):
         json.dump(info, f, indent=2, default=float)
 
 
-def setup(args):
-    """Load and check the config, then set up every rank: patches, LiBai's setup, logging, seeds."""
+def setup(args, claim_output=True):
+    """Load and check the config, then set up every rank: patches, LiBai's setup, logging, seeds (``claim_output``:
+    refuse a second live run into the output folder)."""
     cfg = load_config(args)
     trainer_cls = check_config(cfg)
     # before default_setup, which reads train.dist.device_type on main and writes config.yaml and logs
-    tied_to_launcher = start_rank(cfg, claim_output=not args.eval_only)
+    tied_to_launcher = start_rank(cfg, claim_output=claim_output)
     apply_patches()
     default_setup(cfg, args)
     setup_logger(cfg.train.output_dir, distributed_rank=dist.get_rank(), name="libai_ext")
@@ -131,7 +132,7 @@ def train(cfg, trainer_cls, trainer):
 
 
 def main(args):
-    cfg, trainer_cls = setup(args)
+    cfg, trainer_cls = setup(args, claim_output=not args.eval_only)
     if args.eval_only:
         return evaluate_only(cfg, args, trainer_cls)
     trainer = build_trainer(cfg, trainer_cls)
@@ -155,10 +156,11 @@ def planned_patches(args):
     if not is_stock(trainer_cls):
         randomness = try_get_key(cfg, "train.randomness", default=DEFAULT_RANDOMNESS)
         later += ["init_recording"] if randomness == "layout_invariant" else []
-        later += ["random_op_routing", "first_forward_check"]
-        if try_get_key(cfg, "graph.enabled", default=False) and \
-                try_get_key(cfg, "train.dist.device_type", default="cpu") == "cpu":
-            later.append("graph_shared_params")
+        later += ["sampler_placement_rank", "random_op_routing", "first_forward_check"]
+        if try_get_key(cfg, "graph.enabled", default=False):
+            later.append("step_fed_graph")
+            if try_get_key(cfg, "train.dist.device_type", default="cpu") == "cpu":
+                later.append("graph_shared_params")
         if preemption_settings(cfg)[0]:
             later += ["preemption_signals", "fork_hook"]
     return rows, [patching.DECLARED[key] for key in later]
@@ -180,16 +182,21 @@ def print_patch_table(args):
 
 
 def exit_on_error(fn, *args):
-    """Run ``fn``; on an error, print it and end this process at once (code 1); on a preemption, end
-    with its code once the checkpoint is committed (``libai_ext.lifetime.preemption``).
+    """Run ``fn``; on an error, print it and end this process at once (code 1); on a preemption, let
+    ``Preempted`` end it with its code through OneFlow's own exit (``libai_ext.lifetime.preemption``).
 
     After a Python error, OneFlow 0.9.0 can block this process's exit waiting on its peers
     (seen with all 8 ranks refusing the same config): ending at once leaves no rank hanging.
+    A preemption ends every rank at the same point, and OneFlow's exit is what keeps rank 0, the
+    host of its control server, alive until every other rank's last barrier is answered: ended
+    at once, rank 0 could take an answer with it and the rank waiting for it aborts in OneFlow's
+    RPC client without a line in its log.  The grace period still bounds the exit.
     """
     try:
         return fn(*args)
-    except Preempted as preempted:
-        end_now(preempted.code)
+    except Preempted:
+        logging.shutdown()
+        raise
     except Exception:
         traceback.print_exc()
         end_now(1)

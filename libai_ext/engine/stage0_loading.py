@@ -2,24 +2,23 @@
 
 With ``ConsistentBatchTrainer`` every field's data comes from stage 0, so the samples
 other stages read and augment are thrown away.  ``Stage0OnlyLoader`` replaces their
-loader: it yields placeholders, never touching the dataset.  At the first step stage 0
-broadcasts each field's layout after any local mixup (name, shape, dtype, device, sbp, placement_idx)
-once; afterwards the other ranks hand uninitialised tensors of that layout, on the device
-stage 0's tensors had, to ``to_global``, which drops them (a global mixup, which mixes after
-that, runs on every rank: the layout is then the pre-mixup one).  Stage 0 itself is untouched,
-so the batches are bit-identical to the default path.  Batch shapes must not change
-between steps (LiBai's training samplers always yield full micro-batches); the
-evaluation loaders keep the default path.
+loader: it yields placeholders, never touching the dataset.  At the first batch stage 0
+broadcasts each field's layout (name, shape, dtype, device, sbp, placement_idx) once;
+afterwards the other ranks yield LiBai ``Instance``s of zero tensors of that layout, on the
+device stage 0's tensors had, which ``to_global`` drops (``engine.batch.consistent_batch``
+treats both alike).  Stage 0 itself is untouched, so the batches are bit-identical to the
+default path.  Batch shapes must not change between steps (LiBai's training samplers always
+yield full micro-batches); the evaluation loaders keep the default path.
 """
 import json
 
 import numpy as np
 import oneflow as flow
-from libai.data.structures import DistTensorData
+from libai.config import try_get_key
+from libai.data.structures import DistTensorData, Instance
 from libai.utils import distributed as dist
 
-from ..random.global_mixup import split_mixup
-from .batch import apply_mixup, check_fields, check_mixup_fields, fields_to_global, reraise_worker_error
+from .batch import check_fields
 
 _LAYOUT_BYTES = 8192
 
@@ -28,24 +27,11 @@ def on_stage0():
     return flow.env.get_rank() in dist.get_layer_placement(0).ranks.flatten().tolist()
 
 
-class Stage0Batch:
-    """What a ``Stage0OnlyLoader`` yields: a real batch on stage 0, ``None`` elsewhere."""
-
-    def __init__(self, batch, source):
-        self.batch = batch
-        self.source = source
-
-    def to_global(self, mixup_func=None, device_type=None):
-        """The global batch, as ``ConsistentBatchTrainer.get_batch`` returns it."""
-        return self.source.global_batch(self, mixup_func, device_type)
-
-    # LiBai main's GraphTrainer concatenates grad_acc_steps micro-batches field by field through
-    # these two; outside stage 0 there is nothing to concatenate (the layout says the joined shape).
-    def get_fields(self):
-        return self.batch.get_fields() if self.batch is not None else {}
-
-    def get(self, key):
-        return self.batch.get(key)
+def stage0_only_loading(cfg):
+    """Whether the train loader reads on stage 0 only (``train.stage0_only_loading``, on by default, under pipeline
+    parallelism)."""
+    return bool(try_get_key(cfg, "train.stage0_only_loading", default=True)) and \
+        dist.get_dist_util().pipeline_parallel_size > 1
 
 
 class Stage0OnlyLoader:
@@ -56,7 +42,7 @@ class Stage0OnlyLoader:
         self.dataset = loader.dataset  # LiBai sizes epochs from len(dataset)
         self.reads_data = on_stage0()
         # Every rank keeps it: the trainer passes it back to get_batch, where a global mixup
-        # needs it on every rank (a local one is applied where data is read only).
+        # needs it on every rank (a local one changes nothing the placeholders send).
         self.mixup_func = getattr(loader, "mixup_func", None)
         self.layout = None
 
@@ -64,28 +50,33 @@ class Stage0OnlyLoader:
         return len(self.loader)
 
     def __iter__(self):
-        if self.reads_data:
-            return (Stage0Batch(batch, self) for batch in self.loader)
-        return iter(lambda: Stage0Batch(None, self), None)  # endless placeholders
+        batches = iter(self.loader) if self.reads_data else None
+        while True:
+            batch = next(batches, None) if batches is not None else None
+            if batches is not None and batch is None:
+                return
+            layout = self._layout(batch)
+            if self.layout is None:
+                self.layout = broadcast_from_rank0(layout)
+                if self.layout is None:
+                    raise RuntimeError("stage-0-only loading: rank 0 could not read its first batch (its error is "
+                                       "in rank 0's log)")
+            yield batch if self.reads_data else Instance(**{
+                name: DistTensorData(placeholder(spec), sbp_list=spec["sbp_list"], placement_idx=spec["placement_idx"])
+                for name, spec in self.layout.items()})
 
-    def global_batch(self, item, mixup_func, device_type=None):
-        local_mixup, global_mixup = split_mixup(mixup_func)
-        if self.reads_data:
-            reraise_worker_error(item.batch)
-            fields = check_fields(item.batch)
-            check_mixup_fields(fields, mixup_func)
-            tensors = apply_mixup({name: field.tensor for name, field in fields.items()}, local_mixup, device_type)
-            layout = {name: field_layout(tensors[name], field) for name, field in fields.items()}
-            if self.layout is not None and layout != self.layout:
-                raise ValueError("stage-0-only loading needs fixed batch shapes; set "
-                                 "train.stage0_only_loading=False for this data pipeline")
-        if self.layout is None:
-            self.layout = broadcast_from_rank0(layout if self.reads_data else None)
-        if not self.reads_data:
-            fields = {name: DistTensorData(None, sbp_list=spec["sbp_list"], placement_idx=spec["placement_idx"])
-                      for name, spec in self.layout.items()}
-            tensors = {name: placeholder(spec) for name, spec in self.layout.items()}
-        return fields_to_global(tensors, fields, global_mixup, device_type)
+    def _layout(self, batch):
+        """The layout of stage 0's ``batch`` (None elsewhere, or for a loader worker's error, which
+        ``get_batch`` raises), checked against the first batch's."""
+        if not self.reads_data or isinstance(batch, flow.utils.data._utils.worker.ExceptionWrapper):
+            return None
+        layout = {}
+        for name, field in check_fields(batch).items():
+            layout[name] = field_layout(field.tensor, field)
+        if self.layout is not None and layout != self.layout:
+            raise ValueError("stage-0-only loading needs fixed batch shapes; set "
+                             "train.stage0_only_loading=False for this data pipeline")
+        return layout
 
 
 def field_layout(tensor, field):
@@ -95,13 +86,14 @@ def field_layout(tensor, field):
 
 
 def placeholder(spec):
-    """An uninitialised local tensor of a field's layout, on the device stage 0's tensor was on.
+    """A local tensor of zeros of a field's layout, on the device stage 0's tensor was on (zeros: a local
+    mixup reads class ids from it).
 
     LiBai's loaders yield CPU tensors, which ``to_global`` copies onto a CUDA placement itself;
     a dataset that yields CUDA tensors gets CUDA placeholders, so every rank hands ``to_global``
     the same kind of tensor.
     """
-    return flow.empty(spec["shape"], dtype=_dtype(spec["dtype"]), device=spec["device"])
+    return flow.zeros(spec["shape"], dtype=_dtype(spec["dtype"]), device=spec["device"])
 
 
 def _dtype(name):

@@ -7,9 +7,10 @@ micro-batch ``m`` is the positions ``[m * S, (m + 1) * S)`` of the step, ``S = d
 global-order sampler gives data-parallel rank ``r`` the ``s`` from ``m * S + r * s``.  A global
 mixup must pair and weigh the step's samples as one batch, as 1 rank with the whole batch does.
 
-``StepBatchLoader`` reads a step's ``n`` micro-batches at its first micro-step.  ``get_batch`` then
-makes them one global stage-0 batch (one mixup draw keyed by the step, through the same path as any
-batch) and hands out micro-batch ``m`` as the rows ``[m * s, (m + 1) * s)`` of every data-parallel
+``StepBatchLoader`` reads a step's ``n`` micro-batches at its first micro-step and yields their join (one
+LiBai ``Instance``) at each of the ``n`` micro-steps, marked with the micro-batch.  ``get_batch``
+(``engine.batch.consistent_batch``) makes the join one global stage-0 batch once (one mixup draw keyed by
+the step) and hands out micro-batch ``m`` as the rows ``[m * s, (m + 1) * s)`` of every data-parallel
 rank's block: the positions ``[m * S, (m + 1) * S)`` in order, the numbering the stochastic layers use
 for their masks (``libai_ext.random.global_index.StepRows``).  The joined step's row ``(r, m, i)``
 holds position ``m * S + r * s + i``; its flip (the global mixup's partner) holds ``G - 1`` minus
@@ -19,68 +20,23 @@ splits each rank's rows the same way.
 import oneflow as flow
 from libai.data.structures import DistTensorData, Instance
 
-from .batch import consistent_batch
-from .stage0_loading import Stage0Batch
+from .batch import reraise_worker_error
 
 
 def join_micro_batches(items):
     """One LiBai ``Instance`` whose fields are the micro-batches' local tensors, concatenated."""
+    for item in items:
+        reraise_worker_error(item)
     fields = items[0].get_fields()
     return Instance(**{name: DistTensorData(flow.cat([item.get(name).tensor for item in items], dim=0),
                                             sbp_list=field.sbp_list, placement_idx=field.placement_idx)
                        for name, field in fields.items()})
 
 
-def _blocks_along_dim0(tensor):
-    """How many data-parallel blocks dim 0 of a global tensor is split into."""
-    hierarchy = tensor.placement.ranks.shape
-    parts = 1
-    for axis, sbp in enumerate(tensor.sbp):
-        if sbp == flow.sbp.split(0):
-            parts *= hierarchy[axis]
-    return parts
-
-
-def micro_rows(tensor, micro, micro_batches):
-    """Rows ``[m * s, (m + 1) * s)`` of each data-parallel block of a global step tensor (no communication)."""
-    blocks = _blocks_along_dim0(tensor)
-    rows = tensor.shape[0] // (blocks * micro_batches)
-    shaped = tensor.reshape(blocks, micro_batches, rows, *tensor.shape[1:])
-    return shaped[:, micro].reshape(blocks * rows, *tensor.shape[1:])
-
-
-class StepBatch:
-    """The ``n`` micro-batches of one step, made global once."""
-
-    def __init__(self, items, micro_batches):
-        self.items, self.micro_batches = items, micro_batches
-        self._fields = None
-
-    def fields(self, mixup_func, device_type):
-        if self._fields is None:
-            if isinstance(self.items[0], Stage0Batch):
-                batches = [item.batch for item in self.items]
-                joined = join_micro_batches(batches) if batches[0] is not None else None
-                self._fields = Stage0Batch(joined, self.items[0].source).to_global(mixup_func, device_type)
-            else:
-                self._fields = consistent_batch(join_micro_batches(self.items), mixup_func, device_type)
-            self.items = None
-        return self._fields
-
-
-class StepMicroBatch:
-    """What ``StepBatchLoader`` yields: micro-batch ``micro`` of a ``StepBatch``."""
-
-    def __init__(self, step_batch, micro):
-        self.step_batch, self.micro = step_batch, micro
-
-    def to_global(self, mixup_func=None, device_type=None):
-        fields = self.step_batch.fields(mixup_func, device_type)
-        return {name: micro_rows(tensor, self.micro, self.step_batch.micro_batches) for name, tensor in fields.items()}
-
-
 class StepBatchLoader:
-    """Wraps a train loader: yields each step's micro-batches after reading all of them."""
+    """Wraps a train loader: yields each step's joined micro-batches, once per micro-step, after reading all of
+    them; the join carries ``_micro_batches``, ``_micro`` (this micro-step's) and ``_global`` (the global batch,
+    once made)."""
 
     def __init__(self, loader, micro_batches):
         self.loader, self.micro_batches = loader, int(micro_batches)
@@ -99,6 +55,8 @@ class StepBatchLoader:
                     step.append(next(items))
                 except StopIteration:
                     return
-            step_batch = StepBatch(step, self.micro_batches)
+            joined = join_micro_batches(step)
+            joined._micro_batches, joined._global = self.micro_batches, None
             for micro in range(self.micro_batches):
-                yield StepMicroBatch(step_batch, micro)
+                joined._micro = micro
+                yield joined

@@ -1,5 +1,4 @@
 """``ConsistentBatchTrainer``: LiBai's ``DefaultTrainer`` with correctly paired batches."""
-import contextlib
 import functools
 import inspect
 
@@ -10,37 +9,30 @@ from libai.utils import distributed as dist
 
 from ..checkpoint.committed import use_committed_checkpoints, with_committed_retention
 from ..checkpoint.resume import choose_resume_checkpoint, continue_finished_run, load_checkpoint_or_weights
-from ..compat import get_batch_api, graph_proxy_v0_1, vocab_padding
+from ..compat import get_batch_api, graph_proxy_v0_1, patching, vocab_padding
 from ..compat.layout import placement_data_parallel_rank
 from ..compat.pipeline_stages import explain_mixed_stages
 from ..data.position import KEY as DATA_POSITION
 from ..lifetime.preemption import evaluate_interruptibly, preemptible
 from ..lifetime.startup import start_rank
 from ..random import DEFAULT_RANDOMNESS, preserved_rng_state
-from ..random.draws import drawing_step
+from ..random.draws import current_step, drawing_step
 from .batch import consistent_batch
 from .global_loader import layout_invariant, order_train_loaders, use_global_test_order, wants_global_order
 from .graph import check_graph_config, feed_step
 from .model_work import check_trained, model_work, wrap_build_model
 from .hooks import RawLossWriter
-from .stage0_loading import Stage0Batch, Stage0OnlyLoader
-from .step_batches import StepBatchLoader, StepMicroBatch
+from .stage0_loading import Stage0OnlyLoader, stage0_only_loading
+from .step_batches import StepBatchLoader
 from .step_schedule import per_optimizer_step, step_scheduler
 
 
-@contextlib.contextmanager
 def samplers_follow_placement():
-    """While building data loaders, give samplers the data-parallel rank of the placement.
-
-    Both lines' loader builders (``libai.data.build``) call ``dist.get_data_parallel_rank()``
-    through the module when they build the sampler, so replacing it there reaches them.
-    """
-    original = dist.get_data_parallel_rank
-    dist.get_data_parallel_rank = placement_data_parallel_rank
-    try:
-        yield
-    finally:
-        dist.get_data_parallel_rank = original
+    """While building data loaders, give samplers the data-parallel rank of the placement (patch
+    ``sampler_placement_rank``): both lines' loader builders (``libai.data.build``) call
+    ``dist.get_data_parallel_rank()`` through the module when they build the sampler."""
+    return patching.temporarily([(dist, "get_data_parallel_rank", placement_data_parallel_rank)],
+                                "sampler_placement_rank")
 
 
 def resume_sampler_position(cfg):
@@ -169,7 +161,7 @@ class ConsistentBatchTrainer(DefaultTrainer):
         # tell the stochastic layers which draw of which step this is (libai_ext.random.draws).
         with drawing_step(**self._draw_position()):
             try:
-                if get_batch_api.run_step_arguments() and not get_batch_api.takes_input_device(self._trainer.run_step):
+                if self._legacy_step:
                     self._run_legacy_step()
                 else:
                     super().run_step()
@@ -185,16 +177,28 @@ class ConsistentBatchTrainer(DefaultTrainer):
         self._trainer.iter = self.iter
         self._trainer.run_step(get_batch_api.with_input_device(self.get_batch, self.cfg.train.input_placement_device))
 
-    def _draw_position(self):
-        """The global step and micro-batch of this iteration: in eager mode LiBai counts micro-steps
-        (``train_iter`` is multiplied by the accumulation), a graph takes a whole step per call."""
+    @functools.cached_property
+    def _legacy_step(self):
+        """Whether the inner trainer's ``run_step`` is a 0.1.1 project's on LiBai main (``_run_legacy_step``)."""
+        return bool(get_batch_api.run_step_arguments()) and not get_batch_api.takes_input_device(self._trainer.run_step)
+
+    @functools.cached_property
+    def _step_layout(self):
+        """``(accumulation in eager mode or None in a graph, the layout's arguments of a draws.Step)``."""
         data_parallel = dist.get_dist_util().data_parallel_size
-        accumulation = try_get_key(self.cfg, "train.num_accumulation_steps", default=1) or 1
         micro_batch = try_get_key(self.cfg, "train.train_micro_batch_size", default=None)
         batch = dict(data_parallel=data_parallel, data_parallel_rank=placement_data_parallel_rank(),
                      batch_rows=None if micro_batch is None else int(micro_batch) * data_parallel)
         if try_get_key(self.cfg, "graph.enabled", default=False):
-            return dict(step=self.iter, **batch)  # GraphBase numbers the micro-batches
+            return None, batch  # GraphBase numbers the micro-batches
+        return int(try_get_key(self.cfg, "train.num_accumulation_steps", default=1) or 1), batch
+
+    def _draw_position(self):
+        """The global step and micro-batch of this iteration: in eager mode LiBai counts micro-steps
+        (``train_iter`` is multiplied by the accumulation), a graph takes a whole step per call."""
+        accumulation, batch = self._step_layout
+        if accumulation is None:
+            return dict(step=self.iter, **batch)
         return dict(step=self.iter // accumulation, micro=self.iter % accumulation, micro_batches=accumulation,
                     **batch)
 
@@ -245,9 +249,7 @@ class ConsistentBatchTrainer(DefaultTrainer):
         device is honoured as main's stock does (mixup and placements on that device).
         """
         device_type, mixup_func = get_batch_api.split_arguments(args, kwargs)
-        if isinstance(data, (Stage0Batch, StepMicroBatch)):
-            return data.to_global(mixup_func, device_type)
-        return consistent_batch(data, mixup_func, device_type)
+        return consistent_batch(data, mixup_func, device_type, current_step())
 
     @classmethod
     def build_train_loader(cls, cfg, tokenizer=None):
@@ -258,8 +260,7 @@ class ConsistentBatchTrainer(DefaultTrainer):
         check_mixup_func(train)
         train, valid, test = order_train_loaders(cfg, train, valid, test, global_order)
         position = getattr(train, "data_position", None)
-        if try_get_key(cfg, "train.stage0_only_loading", default=True) and \
-                dist.get_dist_util().pipeline_parallel_size > 1:
+        if stage0_only_loading(cfg):
             train = Stage0OnlyLoader(train)
         accumulation = eager_accumulation(cfg)
         if global_order and accumulation > 1:

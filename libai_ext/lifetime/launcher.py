@@ -20,6 +20,8 @@ import os
 import signal
 import sys
 
+from ..compat import patching
+
 logger = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1
 DISABLE_ENV = "LIBAI_EXT_DIE_WITH_LAUNCHER"
@@ -58,7 +60,7 @@ def die_with_launcher():
     if not set_parent_death_signal(signal.SIGKILL):
         logger.warning("this rank may outlive its launcher")
         return False
-    record_change("die_with_launcher", "prctl(PR_SET_PDEATHSIG)", lambda: set_parent_death_signal(0))
+    patching.process_change("die_with_launcher", "prctl(PR_SET_PDEATHSIG)", lambda: set_parent_death_signal(0))
     if os.getppid() != parent:  # the launcher ended before the request took effect
         os.kill(os.getpid(), signal.SIGKILL)
     return True
@@ -77,25 +79,3 @@ def set_parent_death_signal(sig):
         logger.warning(f"prctl(PR_SET_PDEATHSIG, {int(sig)}) failed ({os.strerror(ctypes.get_errno())})")
         return False
     return True
-
-
-def _registry():
-    try:
-        from ..compat import patching
-    except ImportError:  # this file loaded on its own, outside the package (a test does)
-        return None
-    return patching
-
-
-def record_change(patch, target, undo):
-    """Name a change of this process in libai_ext's patch registry, with the call that undoes it."""
-    registry = _registry()
-    if registry is not None:
-        registry.process_change(patch, target, undo)
-
-
-def change_undone(target):
-    """The process change ``target`` was undone by its owner."""
-    registry = _registry()
-    if registry is not None:
-        registry.released(target)

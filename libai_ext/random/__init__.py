@@ -1,5 +1,6 @@
 """Every random draw of a ``libai_ext`` run, owned in one place.
 
+* ``keys``: ``key(seed, what, counters...)``, the one function every draw's key comes from;
 * ``modes``: ``train.randomness`` (``"layout_invariant"`` or ``"fast"``) and the layers' seed;
 * ``seeding``: python, numpy and OneFlow seeded per ``train.seed_scope`` before the trainer exists;
 * ``counter_rng``: layout-invariant bits, a hash of (seed, stream, counter, global position);
@@ -13,8 +14,8 @@
 * ``index_shuffle``: the keyed permutation behind that order, computed per position;
 * ``owned_generators`` / ``stream_probe``: generators a dataset owns and global streams a
   ``collate_fn`` draws from, found so that the loader can key or refuse them;
-* ``op_inventory`` / ``oneflow_random_ops``: OneFlow's random ops, found in its own registries;
-  ``oneflow_draws`` wraps them under every name, ``forward_draws`` draws their values inside a
+* ``oneflow_random_ops``: OneFlow's random ops, found in its own registries by
+  ``tools/dev/random_op_inventory.py``; ``oneflow_draws`` wraps them under every name, ``forward_draws`` draws their values inside a
   model's forward by global position, ``audit`` names the ones no key covers (``draws``: which
   step and call a draw is).
 

@@ -1,21 +1,28 @@
-"""Which draw a stochastic layer makes: ``(step, call)``, and where its rows sit in the step.
+"""The step object: the state of one training micro-step that every draw of it is keyed by.
 
-Under ``ConsistentBatchTrainer`` every micro-step runs inside ``drawing_step``: a layer's ``j``-th
-call in that micro-batch draws with keys ``(train.seed, layer name, global step, j)`` and numbers
-its elements by their global position in the step's batch (``global_index.StepRows``).  So the
-masks of global step ``t`` are the same on 1 rank with the whole global batch, under data
-parallelism, and under gradient accumulation in eager and graph mode; a resumed run draws them
-again from the iteration alone.
+A ``Step`` holds the seed and mode (``train.seed``, ``train.randomness``), the global optimizer step, the
+micro-batch ``micro`` of ``micro_batches`` and the layout (``data_parallel`` ranks, this rank's
+``data_parallel_rank``, the ``batch_rows`` of a micro-batch's global batch).  Its ``hashed`` words are the
+step's key (``keys.step_key``: ``keys.key(seed, "step", step)``); a draw's keys derive from them, the
+stream's words and the call (``Step.draw``).  So the masks of global step ``t`` are the same on 1 rank with the
+whole global batch, under data parallelism, and under gradient accumulation in eager and graph mode; a resumed
+run draws them again from the iteration alone.
 
-Outside a step (a model run by user code) each layer counts its own calls instead: the
-``c``-th call draws ``(c, 0)``.
+``ConsistentBatchTrainer.run_step`` makes the step and passes it to ``get_batch`` (mixup) explicitly; the model's
+forward cannot take it, so while the step runs it is the current one (``drawing_step``, ``current_step``): a
+stochastic layer's ``j``-th call in that micro-batch draws ``(step, j)`` with rows numbered by their global
+position in the step's batch (``rows``: ``global_index.StepRows``).  Outside a step (a model run by user code)
+each layer counts its own calls instead: the ``c``-th call draws ``(c, 0)``.
 
-Inside ``nn.Graph`` the step and micro-batch are tensors the graph takes as an input
-(``libai_ext.random.layers.graph_calls``); ``GraphStep`` carries them while the graph traces.
+Inside ``nn.Graph`` the step's key and micro-batch are tensors the graph takes as an input
+(``libai_ext.random.layers.graph_calls``).
 """
 import contextlib
 import itertools
 
+from . import modes
+from .counter_rng import call_keys, stream_words
+from .keys import step_key
 from .global_index import StepRows
 
 _tokens = itertools.count()
@@ -23,30 +30,42 @@ _current = None
 
 
 class Step:
-    """One micro-step: ``step`` (int, or int32 tensor in a graph), micro-batch ``micro`` of
-    ``micro_batches``, the batch split over ``data_parallel`` ranks.  ``batch_rows``: the rows of
-    one micro-batch's global batch, and ``data_parallel_rank`` this rank's block of them, where the
-    trainer knows them (draws on local tensors inside a forward need them: ``forward_draws``)."""
+    """One micro-step (see the module's doc).  ``step`` and ``micro`` are ints, or int32 tensors inside a graph,
+    where ``hashed`` (the step key's two words, tensors too) is given; ``seed`` and ``mode`` default to what
+    ``seed_everything`` set."""
 
-    def __init__(self, step, micro=0, micro_batches=1, data_parallel=1, batch_rows=None, data_parallel_rank=0):
+    def __init__(self, step, micro=0, micro_batches=1, data_parallel=1, batch_rows=None, data_parallel_rank=0,
+                 seed=None, mode=None, hashed=None):
         if isinstance(step, int) and step < 0:
             raise ValueError(f"step must be non-negative, got {step}")
+        # (the run's seed and mode read from ``modes`` directly: a Step is made at every micro-step)
+        self.seed = modes._layer_seed if seed is None else int(seed)
+        self.mode = modes._randomness if mode is None else modes.check_randomness(mode)
         self.step, self.micro = step, micro
         self.micro_batches, self.data_parallel = int(micro_batches), int(data_parallel)
         self.batch_rows = None if batch_rows is None else int(batch_rows)
         self.data_parallel_rank = int(data_parallel_rank)
-        self.token = next(_tokens)  # layers restart their call count when it changes
+        self.hashed = step_key(self.seed, step) if hashed is None else hashed
+        self.rows = None if self.micro_batches == 1 else StepRows(self.micro_batches, micro)  # dim 0 in the step
+        self.token = next(_tokens)
+        self._calls = {}
 
-    def rows(self):
-        """How dim 0 sits in the step (None without accumulation: the tensor's own rows)."""
-        if self.micro_batches == 1:
-            return None
-        return StepRows(self.micro_batches, self.micro)
+    def next_call(self, owner):
+        """The index of ``owner``'s next draw in this micro-step (0, 1, ...)."""
+        call = self._calls.get(owner, 0)
+        self._calls[owner] = call + 1
+        return call
+
+    def draw(self, owner, stream):
+        """``(call, keys)`` of ``owner``'s next draw from ``stream``."""
+        call = self._calls.get(owner, 0)  # (``next_call``, inlined: every eager mask asks)
+        self._calls[owner] = call + 1
+        return call, call_keys(stream_words(self.seed, stream), self.hashed, call)
 
 
 @contextlib.contextmanager
 def drawing_step(step, micro=0, micro_batches=1, data_parallel=1, batch_rows=None, data_parallel_rank=0):
-    """Stochastic layers called inside draw the masks of this (micro-)step."""
+    """Stochastic layers called inside draw the masks of this (micro-)step; yields the ``Step``."""
     global _current
     previous, _current = _current, Step(step, micro, micro_batches, data_parallel, batch_rows, data_parallel_rank)
     try:
@@ -65,14 +84,11 @@ class CallCounter:
     micro-step, or ``(c, 0, None)`` for its ``c``-th call outside any step."""
 
     def __init__(self):
-        self._own_calls, self._token, self._calls = 0, None, 0
+        self._own_calls = 0
 
     def next(self):
-        step = current_step()
+        step = _current
         if step is None:
             self._own_calls += 1
             return self._own_calls - 1, 0, None
-        if self._token != step.token:
-            self._token, self._calls = step.token, 0
-        self._calls += 1
-        return step.step, self._calls - 1, step
+        return step.step, step.next_call(self), step

@@ -24,7 +24,8 @@ import numpy as np
 import oneflow as flow
 
 from . import counter_spec, global_index, modes
-from .counter_rng import call_keys, counter_bits, local_counter_bits, step_hash, stream_words, unit_closed_open, unit_open
+from .counter_rng import call_keys, counter_bits, local_counter_bits, stream_words, unit_closed_open, unit_open
+from .keys import step_key
 from .global_index import StepRows, replicated, shard_box
 from .devices import own_cuda_device
 from .shard_rng import shard_coordinates, shard_generator
@@ -69,17 +70,19 @@ class Layout:
 
 
 class Draw:
-    """One call's draw: ``stream`` name, ``step`` (int, or int32 tensor inside a graph), ``call``;
-    ``step_info`` the trainer's ``draws.Step`` (None outside a step); ``lazy`` inside ``nn.Graph``."""
+    """One call's draw: ``stream`` name, ``step`` (an int; None inside a graph, whose ``step_info`` holds the
+    step key), ``call``; ``step_info`` the trainer's ``draws.Step`` (None outside a step); ``lazy`` inside
+    ``nn.Graph``."""
 
     def __init__(self, stream, step, call, step_info=None, lazy=False):
         self.stream, self.step, self.call, self.step_info, self.lazy = stream, step, call, step_info, lazy
 
     def keys(self, k=0):
         """The counter keys of this draw's ``k``-th bit stream (a normal takes two)."""
-        seed = modes.layer_seed()
+        info = self.step_info
+        seed = modes.layer_seed() if info is None else info.seed
         words = stream_words(seed, self.stream if k == 0 else f"{self.stream}#{k}")
-        return call_keys(words, step_hash(seed, self.step), self.call)
+        return call_keys(words, step_key(seed, self.step) if info is None else info.hashed, self.call)
 
     def _accumulated(self):
         info = self.step_info

@@ -13,6 +13,7 @@ global batch is mixed at once (``step_batches``).  Every rank runs the
 same global ops (ranks outside stage 0 too: their placeholders take part in the transfers).
 """
 import contextlib
+import functools
 
 import numpy as np
 import oneflow as flow
@@ -40,7 +41,7 @@ def current_step():
             "train.randomness='layout_invariant' keys mixup by the training step, and no step is set: "
             "call get_batch from ConsistentBatchTrainer.run_step, or inside "
             "libai_ext.mixup_step(step)")
-    return int(step.step)
+    return step
 
 
 def _is_stock_flowvision_mixup(mixup_func):
@@ -60,10 +61,12 @@ class GlobalMixup:
         self.options = mixup_options(mixup_func)
 
     def __call__(self, images, labels, step=None):
-        """Mixed global ``images`` and soft ``labels`` (float, ``[B, num_classes]``) of one step."""
+        """Mixed global ``images`` and soft ``labels`` (float, ``[B, num_classes]``) of one step: ``step`` a
+        ``draws.Step`` (its seed and step), an int (with the layers' seed), or None (the current step)."""
         check_batch(images, labels)
         step = current_step() if step is None else step
-        draw = draw_mix(self.options, modes.layer_seed(), step, tuple(images.shape[-2:]))
+        seed, step = (step.seed, step.step) if isinstance(step, draws.Step) else (modes.layer_seed(), step)
+        draw = draw_mix(self.options, seed, step, tuple(images.shape[-2:]))
         return mix_images(images, draw), soft_targets(labels, draw.lam, self.options)
 
 
@@ -115,4 +118,10 @@ def split_mixup(mixup_func, randomness=None):
         return None, None
     if (randomness or modes.randomness()) == "fast":
         return mixup_func, None
-    return None, GlobalMixup(mixup_func)
+    # Built once per options as they are now (a schedule may turn a Mixup's mixup_enabled off mid-run).
+    return None, _global_mixup(mixup_func, repr(getattr(mixup_func, "__dict__", None)))
+
+
+@functools.lru_cache(maxsize=8)
+def _global_mixup(mixup_func, options):
+    return GlobalMixup(mixup_func)

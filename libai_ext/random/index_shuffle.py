@@ -10,7 +10,7 @@ domain), written here from the textbook construction:
   ``n - 1``, so the cipher's domain is below ``4 n``).  Each round swaps the halves and
   XORs one half with a keyed mix of the other, which makes every round, and so the whole
   network, a bijection of the domain whatever the round function is;
-* the round function: the round key XORed in, then SplitMix64's finaliser (an avalanche
+* the round function: the round key (``keys.key``) XORed in, then SplitMix64's finaliser (an avalanche
   mix of 64 bits), cut to ``half`` bits;
 * cycle walking: a value the cipher maps outside ``[0, n)`` is enciphered again until it
   lands inside.  Following the cipher's own cycles keeps the map a bijection of ``[0, n)``;
@@ -20,6 +20,8 @@ Vectorised with numpy's uint64 arithmetic (wrapping multiplication, shifts, XOR)
 whole batch of positions at once.  Positions and ``n`` go up to ``2**62``.
 """
 import numpy as np
+
+from .keys import key_words
 
 ROUNDS = 6  # Luby-Rackoff: 4 rounds of a random function already give a pseudo-random permutation
 MAX_SIZE = 2 ** 62
@@ -39,7 +41,7 @@ def _mix(x):
 
 
 class IndexShuffle:
-    """The permutation of ``range(size)`` that ``key`` (a sequence of non-negative ints) names."""
+    """The permutation of ``range(size)`` that ``key`` (a sequence of words for ``keys.key``) names."""
 
     def __init__(self, size, key):
         size = int(size)
@@ -49,8 +51,7 @@ class IndexShuffle:
         bits = max(2, (size - 1).bit_length())
         self.half = np.uint64((bits + 1) // 2)
         self.mask = np.uint64((1 << int(self.half)) - 1)
-        entropy = [int(k) for k in key]
-        self.round_keys = np.random.SeedSequence(entropy).generate_state(ROUNDS, np.uint64)
+        self.round_keys = np.array(key_words(*key, count=ROUNDS, bits=64), dtype=np.uint64)
 
     def __call__(self, positions):
         """The permuted index at each of ``positions`` (array-like of ints in ``[0, size)``), as int64."""

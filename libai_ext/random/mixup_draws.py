@@ -13,7 +13,8 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-_MIXUP_STREAM = int.from_bytes(b"mixup", "little")  # keeps these draws apart from other (seed, step) users
+from .keys import key
+
 MIXUP_KEY = "dataloader.train.mixup_func"
 
 
@@ -91,10 +92,10 @@ def mixup_options(mixup):
 
 
 def step_generator(seed, step):
-    """The generator of training step ``step``: a function of (seed, step) only."""
+    """The generator of training step ``step``: a function of (seed, step) only (its ``keys.key``)."""
     if step < 0:
         raise ValueError(f"mixup step must be >= 0, got {step}")
-    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(_MIXUP_STREAM, step))))
+    return np.random.Generator(np.random.PCG64(key(int(seed), "mixup", int(step), bits=128)))
 
 
 def _lam_box(rng, lam, h, w):

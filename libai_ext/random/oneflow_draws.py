@@ -1,8 +1,8 @@
 """OneFlow's random ops, wrapped once under every name that reaches them: counted, and routed inside a forward.
 
 ``watch_oneflow_draws()`` (explicit, idempotent, process-wide; forked loader workers inherit it)
-wraps every function of the random-op inventory (``op_inventory``; ``oneflow_random_ops.INVENTORY``
-for the OneFlow it was made from, derived again from the registries for another one):
+wraps every function of the random-op inventory (``oneflow_random_ops.INVENTORY``, which
+``tools/dev/random_op_inventory.py`` derives from OneFlow's registries; another OneFlow is refused):
 
 * under ``oneflow._C.<name>`` and the names that *are* it (``oneflow.rand``,
   ``oneflow.nn.functional.dropout``...);
@@ -23,14 +23,12 @@ the listeners of ``listening()`` hear of it (keyed augmentation: at the call, wi
 rank's queued work, which any look at a generator's state costs).
 """
 import contextlib
-import logging
 import sys
 
 import oneflow as flow
 
 from ..compat import patching
 
-logger = logging.getLogger(__name__)
 PATCH = "random_op_routing"
 
 forwards = []    # the watched forwards running now (``random.layers.stochastic_ops`` pushes and pops them)
@@ -43,17 +41,17 @@ _EXEMPT_MODULES = ("libai_ext.",)  # libai_ext calls OneFlow's own ops where it 
 
 
 def inventory():
-    """This OneFlow's random ops (the generated list when it was made from this version)."""
+    """This OneFlow's random ops: ``oneflow_random_ops.INVENTORY``, made for the OneFlow pyproject.toml pins."""
     from . import oneflow_random_ops
 
-    if oneflow_random_ops.INVENTORY["oneflow"] == flow.__version__:
-        return oneflow_random_ops.INVENTORY
-    from . import op_inventory
-
-    logger.warning("libai_ext's random-op list was made for OneFlow %s, this is %s: deriving it from the "
-                   "registries (python -m libai_ext.random.op_inventory --write makes it for good)",
-                   oneflow_random_ops.INVENTORY["oneflow"], flow.__version__)
-    return op_inventory.derive()
+    made_for = oneflow_random_ops.INVENTORY["oneflow"]
+    if made_for != flow.__version__:
+        raise RuntimeError(
+            f"libai_ext's list of OneFlow's random ops was made for OneFlow {made_for}, this is OneFlow "
+            f"{flow.__version__}: a random op the list does not name would draw unrouted. Install "
+            f"oneflow=={made_for} (libai_ext's pin), or derive the list for this OneFlow with "
+            "python tools/dev/random_op_inventory.py --write (from a checkout) and route or refuse what is new")
+    return oneflow_random_ops.INVENTORY
 
 
 def _wrapped(name, original):

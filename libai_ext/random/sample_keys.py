@@ -29,7 +29,6 @@ position within its 624-word block, so the caller's OneFlow CPU stream resumes f
 boundary, not from the exact draw it had reached.  Python's and numpy's resume exactly.
 """
 import contextlib
-import hashlib
 import random
 
 import numpy as np
@@ -41,8 +40,7 @@ from .devices import own_cuda_device, own_cuda_generator
 from . import oneflow_draws
 from .oneflow_draws import finish_queued_draws
 from .index_shuffle import IndexShuffle
-
-_PERMUTATION_STREAM = 0x5A3F  # keeps the epoch order apart from anything else keyed by (seed, epoch)
+from .keys import key
 
 
 def epoch_order(seed, epoch, size):
@@ -51,23 +49,18 @@ def epoch_order(seed, epoch, size):
     A pure function of (``seed``, ``epoch``), computed per position: starting an epoch costs
     nothing whatever the dataset's size.
     """
-    return IndexShuffle(size, (int(seed), _PERMUTATION_STREAM, int(epoch)))
-
-
-def _digest(key):
-    return hashlib.blake2b(repr(key).encode(), digest_size=16).digest()
+    return IndexShuffle(size, (int(seed), "order", int(epoch)))
 
 
 def sample_seeds(seed, epoch, index):
     """``(python, numpy, oneflow)`` seeds of one sample: unrelated for neighbouring keys."""
-    return _three_seeds(_digest((int(seed), int(epoch), int(index))))
+    return _three_seeds(key(int(seed), int(epoch), int(index), bits=128))
 
 
-def _three_seeds(digest):
-    python_seed = int.from_bytes(digest, "little")
-    numpy_seed = int.from_bytes(digest[:4], "little")  # the legacy RandomState takes 32 bits
-    oneflow_seed = int.from_bytes(digest[8:16], "little") >> 1  # OneFlow wants a non-negative int64
-    return python_seed, numpy_seed, oneflow_seed
+def _three_seeds(value):
+    numpy_seed = value & 0xFFFFFFFF  # the legacy RandomState takes 32 bits
+    oneflow_seed = (value >> 64) >> 1  # OneFlow wants a non-negative int64
+    return value, numpy_seed, oneflow_seed
 
 
 def seed_streams(seed, epoch, index, oneflow=True):
@@ -78,13 +71,13 @@ def seed_streams(seed, epoch, index, oneflow=True):
 def seed_batch_streams(seed, epoch, step, first_position, oneflow=True):
     """Seed the three streams for the ``collate_fn`` of one batch: this rank's batch that starts at
     ``first_position`` of the global batch of ``step``."""
-    _seed_three(*_three_seeds(_digest(("collate", int(seed), int(epoch), int(step), int(first_position)))),
+    _seed_three(*_three_seeds(key("collate", int(seed), int(epoch), int(step), int(first_position), bits=128)),
                 oneflow=oneflow)
 
 
 def owned_generator_seed(seed, epoch, index, path):
     """A 63-bit seed for the generator at attribute ``path`` of a dataset, for one sample."""
-    return int.from_bytes(_digest(("owned", int(seed), int(epoch), int(index), str(path)))[:8], "little") >> 1
+    return key("owned", int(seed), int(epoch), int(index), str(path)) >> 1
 
 
 def _seed_three(python_seed, numpy_seed, oneflow_seed, oneflow=True):

@@ -20,6 +20,7 @@ import oneflow as flow
 
 from ..compat.layout import placement_data_parallel_rank
 from .devices import seed_own_cuda_device
+from .keys import key
 from .modes import DEFAULT_RANDOMNESS, check_randomness, set_layer_seed
 
 _SEED_LIMIT = 2 ** 32  # numpy's legacy RandomState accepts seeds in [0, 2**32)
@@ -49,9 +50,7 @@ def scoped_seed(seed, scope):
         group = placement_data_parallel_rank()
     else:
         group = flow.env.get_rank()
-    # Independent streams per group: numpy's SeedSequence spreads (seed, scope, group) over 32 bits.
-    key = (SEED_SCOPES.index(scope), group)
-    return int(np.random.SeedSequence(seed, spawn_key=key).generate_state(1)[0])
+    return key(int(seed), "scope", scope, int(group), bits=32)  # numpy's legacy RandomState takes 32 bits
 
 
 def seed_everything(seed, scope="global", randomness=DEFAULT_RANDOMNESS):

@@ -28,12 +28,11 @@ generator waits for the rank's queued work (``tools/repro/generator_seed_sync.py
 dropout call gives up the overlap of Python with execution; on a whole step this mode is no
 faster than "layout_invariant" (``benchmarks/step_profile.py``, docs/benchmarks.md).
 """
-import hashlib
-
 import oneflow as flow
 
 from .devices import own_cuda_device
 from .global_index import placement_coordinates
+from .keys import key
 
 _generators = {}  # (device, stream) -> flow.Generator, this process's
 
@@ -63,13 +62,11 @@ def local_device(x):
 def shard_generator(device, seed, stream, call, coordinates):
     """This rank's generator of ``stream`` on ``device``, seeded for one call.
 
-    The seed is a hash of (seed, stream, call, shard coordinates).  The generator is created at
+    The seed is the ``key`` of (seed, stream, call, shard coordinates).  The generator is created at
     the stream's first call on ``device`` and re-seeded at each later one.
     """
-    key = (device, stream)
-    generator = _generators.get(key)
+    generator = _generators.get((device, stream))
     if generator is None:
-        generator = _generators[key] = flow.Generator(device=device)
-    digest = hashlib.blake2b(repr((seed, stream, call, coordinates)).encode(), digest_size=8).digest()
-    generator.manual_seed(int.from_bytes(digest, "little") >> 1)
+        generator = _generators[(device, stream)] = flow.Generator(device=device)
+    generator.manual_seed(key(seed, stream, call, coordinates) >> 1)  # OneFlow wants a non-negative int64
     return generator

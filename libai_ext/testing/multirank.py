@@ -50,14 +50,25 @@ class LaunchResult:
     returncodes: Dict[int, Optional[int]] = field(default_factory=dict)
     timed_out: bool = False
     wall_s: float = 0.0
+    _parsed: Dict[int, tuple] = field(default_factory=dict, repr=False, compare=False)
 
     def log(self, rank):
         return _read(os.path.join(self.workdir, f"rank{rank}.log"))
 
     def records(self, rank):
-        """The JSON records rank ``rank`` wrote with ``write_rank_result``."""
-        text = _read(os.path.join(self.workdir, f"rank{rank}.jsonl"))
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+        """The JSON records rank ``rank`` wrote with ``write_rank_result`` (parsed once while the file stays as it is:
+        tests read one case at a time from thousands of records)."""
+        path = os.path.join(self.workdir, f"rank{rank}.jsonl")
+        try:
+            stat = os.stat(path)
+            version = (stat.st_size, stat.st_mtime_ns)
+        except OSError:
+            version = None
+        cached = self._parsed.get(rank)
+        if version is None or cached is None or cached[0] != version:
+            text = _read(path)
+            cached = self._parsed[rank] = (version, [json.loads(line) for line in text.splitlines() if line.strip()])
+        return list(cached[1])
 
     def record(self, rank, key=None):
         """The last record of ``rank`` (or its value under ``key``)."""
@@ -154,8 +165,8 @@ def _poll_exits(workdir, nproc):
     return codes
 
 
-def launch(script, nproc, args=(), timeout=300, env=None, workdir=None, check=True, python=None,
-           stop_on_failure=True, device=None, progress=None):
+def launch(script, nproc, args=(), timeout=300, env=None, workdir=None, check=True, stop_on_failure=True,
+           device=None, progress=None):
     """Run ``script`` on ``nproc`` ranks (CPU ranks unless ``device="cuda"``); return a ``LaunchResult``.
 
     ``script`` is a file, or ``("-m", "package.module")`` to run a module as ``python -m`` does.
@@ -168,12 +179,11 @@ def launch(script, nproc, args=(), timeout=300, env=None, workdir=None, check=Tr
     With ``stop_on_failure=False`` the job is only killed at the timeout, so a test can
     see whether every rank exits by itself after one fails.  ``device`` defaults to ``ranks_device()``.
     """
-    python = python or sys.executable
     workdir = workdir or tempfile.mkdtemp(prefix="multirank-")
     os.makedirs(workdir, exist_ok=True)
     run_env = pin_to_device(os.environ if env is None else env, device or ranks_device())
     command = [
-        python, "-m", "oneflow.distributed.launch",
+        sys.executable, "-m", "oneflow.distributed.launch",
         "--nproc_per_node", str(nproc), "--master_port", str(free_port()),
         _RANK_WRAPPER, workdir, *with_fault_hook(_script_words(script), run_env), *map(str, args),
     ]

@@ -16,9 +16,9 @@ import sys
 from libai_ext.lifetime.bootstrap_wait import MASTER_WAIT_S, wait_for_rank0_bootstrap
 
 
-def wait_for_master(env, workdir, timeout_s=MASTER_WAIT_S, interval_s=0.05):
+def wait_for_master(env, workdir, timeout_s=MASTER_WAIT_S):
     """``wait_for_rank0_bootstrap``, which also stops waiting once rank 0's exit code is in ``workdir``."""
-    wait_for_rank0_bootstrap(env, os.path.join(workdir, "rank0.exit"), timeout_s, interval_s)
+    wait_for_rank0_bootstrap(env, os.path.join(workdir, "rank0.exit"), timeout_s)
 
 
 def main(argv):

@@ -7,12 +7,36 @@ import traceback
 import oneflow as flow
 from libai.config import LazyCall
 from libai.data.build import build_image_train_loader
+from oneflow.nn.graph import GraphModule
 from omegaconf import DictConfig, OmegaConf
 
 import libai_ext
 from libai_ext.compat.get_batch_api import call_get_batch
 from libai_ext.engine.stage0_loading import on_stage0  # noqa: F401 (re-exported for the rank scripts)
 from libai.utils import distributed as dist
+
+
+def graph_module_settings(graph):
+    """``{module name: {"stage": id, "checkpointing": True}}`` for the modules of ``graph.model`` with any.
+
+    The root model is named ``""``; children as in ``named_modules()``.
+    """
+    table = {}
+
+    def walk(proxy, name):
+        block = proxy.to(GraphModule)
+        entry = {}
+        if block.stage_id is not None:
+            entry["stage"] = block.stage_id
+        if block.activation_checkpointing:
+            entry["checkpointing"] = True
+        if entry:
+            table[name] = entry
+        for child_name, child in proxy._modules.items():
+            walk(child, f"{name}.{child_name}" if name else child_name)
+
+    walk(graph.model, "")
+    return table
 
 
 def layout_parser():

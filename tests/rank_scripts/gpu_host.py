@@ -1,5 +1,5 @@
 """On every rank: libai_ext's seeding, random state, keyed augmentation and "fast" dropout, with every
-OneFlow generator creation and CUDA device call recorded (``libai_ext.testing.device_calls``).
+OneFlow generator creation and CUDA device call recorded (``rank_scripts/device_calls.py``).
 
 ``--simulated-gpus N``: the rank runs on CPU in a simulated N-GPU host (no GPU needed; CUDA
 dropout kernels cannot run there, so the CUDA dropouts go as far as their generator).
@@ -11,6 +11,7 @@ import types
 import oneflow as flow
 
 from common import run_or_die
+from device_calls import DeviceCalls
 from libai_ext import Dropout, seed_everything
 from libai_ext.random import capture_rng_state, preserved_rng_state, restore_rng_state
 from libai_ext.random import modes
@@ -18,7 +19,6 @@ from libai_ext.random.devices import own_cuda_device, own_cuda_generator
 from libai_ext.random.sample_keys import KeyedDrawOnGPU, preserved_streams, seed_streams
 from libai_ext.random.shard_rng import local_device, shard_generator
 from libai_ext.testing import write_rank_result
-from libai_ext.testing.device_calls import DeviceCalls
 
 LAYERS, STEPS = 3, 5
 

@@ -18,10 +18,10 @@ from libai.utils import distributed as dist
 from libai.utils.events import EventStorage
 from oneflow import nn
 
-from common import layout_parser, run_or_die, setup_layout
+from common import graph_module_settings, layout_parser, run_or_die, setup_layout
 from libai_ext import mixup_step
 from libai_ext.compat.get_batch_api import run_step_arguments
-from libai_ext.engine.graph import GraphBase, graph_module_settings
+from libai_ext.engine.graph import GraphBase
 from libai_ext.testing import write_rank_result
 from pairing import CASES, NUM_CLASSES, local_batch
 

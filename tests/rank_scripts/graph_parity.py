@@ -20,10 +20,9 @@ from libai.engine.hooks import HookBase
 from libai.utils import distributed as dist
 
 import libai_ext
-from common import run_or_die
+from common import graph_module_settings, run_or_die
 from libai_ext import ConsistentBatchTrainer, seed_from_config
 from libai_ext.data import cifar_test_transform
-from libai_ext.engine.graph import graph_module_settings
 from libai_ext.testing import write_rank_result
 
 

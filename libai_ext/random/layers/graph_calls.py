@@ -5,11 +5,11 @@ tracing (its call counter, the keys hashed from it) is frozen at trace time, and
 loses a buffer's in-place updates made inside a graph (``tools/repro/graph_buffer_update.py``).
 So a train graph is *given* its step, as an input it takes at every call (``StepFedGraph``):
 
-* the input is an int32 ``(micro-batches, 2)`` tensor, row ``m`` = ``[global step, m]``, replicated
-  on every rank; OneFlow splits every graph input into micro-batches under gradient accumulation
-  (measured), so micro-batch ``m`` sees row ``m``;
+* the input is an int32 ``(micro-batches, 3)`` tensor, row ``m`` = ``[step key's two words, m]``
+  (``counter_rng.step_key``), replicated on every rank; OneFlow splits every graph input into
+  micro-batches under gradient accumulation (measured), so micro-batch ``m`` sees row ``m``;
 * while the graph traces, each layer counts its calls within one micro-batch's forward: its
-  ``j``-th call draws ``(step, j)`` with keys hashed from the step tensor inside the graph
+  ``j``-th call draws ``(step, j)`` with keys computed from the step key's tensors inside the graph
   (``counter_rng.call_keys``), rows numbered by their place in the step (``draws.Step.rows``):
   the bits eager mode draws for that micro-step.
 
@@ -24,6 +24,7 @@ import contextlib
 import numpy as np
 import oneflow as flow
 
+from ..keys import step_key
 from ..draws import Step
 
 STEP_INPUT = "libai_ext_step"
@@ -38,7 +39,7 @@ class TracedSteps:
     """What the layers of a graph being traced read: the step input and their call counts."""
 
     def __init__(self, step_input, micro_batches, data_parallel):
-        self.step_input = step_input  # (1, 2) per micro-batch while tracing
+        self.step_input = step_input  # (1, 3) per micro-batch while tracing
         self.micro_batches, self.data_parallel = int(micro_batches), int(data_parallel)
         self._calls = {}
         self._shared = {}
@@ -50,21 +51,21 @@ class TracedSteps:
         return self._shared[key]
 
     def draw(self, layer, x):
-        """``(Step with tensor step and micro laid out like x, call index)`` of ``layer``'s draw."""
+        """``(Step with the step key and micro as tensors laid out like x, call index)`` of ``layer``'s draw."""
         call = self._calls.get(id(layer), 0)
         self._calls[id(layer)] = call + 1
-        step, micro = self.shared(("step column", layout_key(x)), lambda: self._step_column(x))
-        return Step(step, micro, self.micro_batches, self.data_parallel), call
+        hashed, micro = self.shared(("step column", layout_key(x)), lambda: self._step_column(x))
+        return Step(None, micro, self.micro_batches, self.data_parallel, hashed=hashed), call
 
     def _step_column(self, x):
-        """``(step, micro)`` of this micro-batch laid out like ``x``: one slice of each per layout, every
-        draw on that layout reads them (a graph op per draw saved is time saved at every step)."""
+        """``((step key words), micro)`` of this micro-batch laid out like ``x``: one slice of each per layout,
+        every draw on that layout reads them (a graph op per draw saved is time saved at every step)."""
         column = self.step_input.reshape(-1)
         if x.is_global:
             column = column.to_global(placement=x.placement, sbp=[flow.sbp.broadcast] * len(x.sbp))
         else:
             column = column.to_local()
-        return column[0:1], column[1:2]
+        return (column[0:1], column[1:2]), column[2:3]
 
 
 def layout_key(x):
@@ -72,11 +73,11 @@ def layout_key(x):
     return (str(x.placement), len(x.sbp)) if x.is_global else str(x.device)
 
 
-def step_input(step, micro_batches, device_type):
-    """A graph call's step input: ``[[step, m] for each micro-batch m]``, replicated on every rank."""
-    if not 0 <= int(step) < 2 ** 31:
-        raise OverflowError(f"step {step} does not fit the graph's int32 step input")
-    rows = np.array([[int(step), m] for m in range(int(micro_batches))], dtype=np.int32)
+def step_input(seed, step, micro_batches, device_type):
+    """A graph call's step input: ``[[*step_key(seed, step), m] for each micro-batch m]``, replicated on every
+    rank."""
+    hashed = step_key(seed, step)
+    rows = np.array([[*hashed, m] for m in range(int(micro_batches))], dtype=np.int32)
     placement = flow.env.all_device_placement(device_type)
     return flow.tensor(rows, placement=placement, sbp=flow.sbp.broadcast)
 

@@ -41,10 +41,8 @@ from oneflow import nn
 from oneflow.nn.graph.proxy import ProxyModule
 
 from .. import draws, modes
-from ..counter_rng import (
-    call_keys, keep_mask, local_keep_mask, shard_box, split_hash, step_hash, stream_keys, stream_words,
-)
-from ..global_index import replicated
+from ..counter_rng import GPU_LAUNCH_BYTES, call_keys, keep_mask, local_keep_mask, stream_words
+from ..global_index import mask_layout, replicated
 from ..shard_rng import local_device, shard_coordinates, shard_generator
 from . import graph_calls
 
@@ -68,8 +66,9 @@ def drop_path_scale(rate):
 
 
 # Elements per launch when an eager call applies an element-wise mask: ``m`` never exists whole, so a
-# call's peak is its output and the 1-byte mask (as OneFlow's kernel), whatever the tensor's size.
-APPLY_CHUNK = {"cpu": 2 ** 18, "cuda": 2 ** 20}
+# call's peak is its output and the 1-byte mask (as OneFlow's kernel) plus one chunk's temporaries (at most four
+# float32 tensors of it; on GPUs within ``GPU_LAUNCH_BYTES``), whatever the tensor's size.
+APPLY_CHUNK = {"cpu": 2 ** 18, "cuda": GPU_LAUNCH_BYTES // 16}
 
 
 def _masked(x, keep, scale):
@@ -83,10 +82,14 @@ def _masked(x, keep, scale):
     out = flow.empty_like(x)
     flat_x, flat_keep, flat_out = (
         (t.to_local() if t.is_global else t).reshape(-1) for t in (x, keep, out))  # views of local data
-    for start in range(0, flat_x.shape[0], chunk):
-        part = slice(start, start + chunk)
+    for part in apply_chunks(flat_x.shape[0], chunk):
         flat_out[part] = flat_x[part] * (flat_keep[part].to(x.dtype) * scale)
     return out
+
+
+def apply_chunks(elements, chunk):
+    """The eager apply step's launches over ``elements`` flat positions: slices of at most ``chunk``."""
+    return [slice(start, min(start + chunk, elements)) for start in range(0, elements, chunk)]
 
 
 @functools.lru_cache(maxsize=None)
@@ -126,26 +129,41 @@ class _CounterStream(nn.Module):
         self.stream = f"#{next(_construction_order)}"
         self.layer_idx = layer_idx
         self.scale = dropout_scale(rate)  # what kept elements are multiplied by
-        self._calls = draws.CallCounter()
+        self._own_calls = 0  # outside a step: the c-th call draws (c, 0)
 
-    def _draw(self):
-        """``(step, call, rows)`` of this call (see ``libai_ext.random.draws``)."""
-        step, call, current = self._calls.next()
-        return step, call, None if current is None else current.rows()
+    def _own_step(self):
+        """The step of a call outside the trainer's micro-steps: ``(c, 0)`` for the ``c``-th such call."""
+        self._own_calls += 1
+        return draws.Step(self._own_calls - 1)
 
-    def drop(self, x, mask_shape=None, mask_sbp=None):
+    def forward(self, x, mask_shape=None, mask_sbp=None):
         """``x`` with a mask of ``mask_shape`` (default: x's) applied, in training only."""
         if not self.training or self.rate == 0.0:
             return x
         if x.is_lazy:
             return self._drop_traced(x, mask_shape, mask_sbp)
-        step, call, rows = self._draw()
-        if (self.randomness or modes.randomness()) == "fast":
-            return self._drop_native(x, (step, call), mask_shape, mask_sbp)
-        keys = stream_keys(modes.layer_seed(), self.stream, step, call)
-        keep = self._counter_mask(x, tuple(mask_shape or x.shape), mask_sbp or (x.sbp if x.is_global else None),
-                                  keys, rows)
-        return apply_keep(x, keep, self.scale)
+        step = draws._current or self._own_step()
+        call, keys = step.draw(self, self.stream)
+        if (self.randomness or step.mode) == "fast":
+            return self._drop_native(x, step, call, mask_shape, mask_sbp)
+        shape = tuple(mask_shape or x.shape)
+        if not x.is_global:
+            keep = local_keep_mask(shape, (0,) * len(shape), shape, keys, self.rate, x.device, step.rows)
+            return _scale_kept(self.scale).apply(x, keep)
+        # This rank's slice (one host loop on CPU, local ops elsewhere), written into the local part of a global
+        # mask laid out like x (``P`` read as ``B``): no communication, whatever the placement.
+        sbp, box = mask_layout(shape, x.placement, tuple(mask_sbp or x.sbp))
+        keep = flow.empty(shape, dtype=flow.bool, placement=x.placement, sbp=sbp)
+        if box is not None:
+            target = keep.to_local()
+            local = local_keep_mask(shape, *box, keys, self.rate, target.device, step.rows)
+            if local.shape != target.shape:
+                raise RuntimeError(f"{type(self).__name__}: shard {tuple(local.shape)} computed for sbp {sbp} "
+                                   f"on {x.placement}, OneFlow holds {tuple(target.shape)}")
+            flow._C.assign_local_tensor(target, local)
+        return _scale_kept(self.scale).apply(x, keep)
+
+    drop = forward  # (what ``DropPath.forward`` and the routed functional ops call)
 
     def _drop_traced(self, x, mask_shape, mask_sbp):
         """Inside ``nn.Graph`` (``self`` is then OneFlow's proxy of the layer): the counter-based
@@ -154,37 +172,16 @@ class _CounterStream(nn.Module):
         ``flow.manual_seed``), so "fast" has no per-layer, per-shard stream there."""
         layer = self.to(nn.Module) if isinstance(self, ProxyModule) else self
         step, call = graph_calls.traced_draw(layer, x, name=f"{type(layer).__name__} {layer.stream!r}")
-        seed = modes.layer_seed()
-        hashed = graph_calls.shared(("step_hash", seed, graph_calls.layout_key(x)),
-                                    lambda: split_hash(step_hash(seed, step.step)))
-        keys, rows = call_keys(stream_words(seed, layer.stream), hashed, call), step.rows()
+        keys = call_keys(stream_words(step.seed, layer.stream), step.hashed, call)
         shape = tuple(mask_shape or x.shape)
-        sbp = replicated(mask_sbp or x.sbp) if x.is_global else None
+        sbp = replicated(tuple(mask_sbp or x.sbp)) if x.is_global else None
         keep = keep_mask(shape, self.rate, keys, x.placement if x.is_global else None, sbp,
-                         None if x.is_global else x.device, rows)
+                         None if x.is_global else x.device, step.rows)
         return apply_keep(x, keep, self.scale)
 
-    def _counter_mask(self, x, shape, sbp, keys, rows):
-        """The bool keep mask, laid out like ``x`` (``P`` read as ``B``)."""
-        if not x.is_global:
-            return local_keep_mask(shape, [0] * len(shape), shape, keys, self.rate, x.device, rows)
-        sbp = replicated(sbp)
-        # Eager: this rank's slice (one host loop on CPU, local ops elsewhere), written into the
-        # local part of a global tensor: no communication, whatever the placement.
-        mask = flow.empty(shape, dtype=flow.bool, placement=x.placement, sbp=sbp)
-        box = shard_box(shape, x.placement, sbp)
-        if box is not None:
-            target = mask.to_local()
-            local = local_keep_mask(shape, *box, keys, self.rate, target.device, rows)
-            if tuple(local.shape) != tuple(target.shape):
-                raise RuntimeError(f"{type(self).__name__}: shard {tuple(local.shape)} computed for sbp {sbp} "
-                                   f"on {x.placement}, OneFlow holds {tuple(target.shape)}")
-            flow._C.assign_local_tensor(target, local)
-        return mask
-
-    def _drop_native(self, x, draw, mask_shape, mask_sbp):
+    def _drop_native(self, x, step, call, mask_shape, mask_sbp):
         coordinates = shard_coordinates(x.placement, mask_sbp or x.sbp) if x.is_global else ()
-        generator = shard_generator(local_device(x), modes.layer_seed(), self.stream, draw, coordinates)
+        generator = shard_generator(local_device(x), step.seed, self.stream, (step.step, call), coordinates)
         partial = x.is_global and flow.sbp.partial_sum in x.sbp
         native_scale = dropout_scale(self.rate)
         if mask_shape is None and not partial and self.scale == native_scale:  # the fused kernel, on x
@@ -209,9 +206,6 @@ class Dropout(_CounterStream):
     def __init__(self, p=0.5, *, layer_idx=0, randomness=None):
         super().__init__(p, layer_idx, randomness, "Dropout probability p")
         self.p = p
-
-    def forward(self, x):
-        return self.drop(x)
 
     def extra_repr(self):
         return f"p={self.p}, layer_idx={self.layer_idx}"

@@ -22,8 +22,8 @@ import sys
 import time
 from typing import Dict, Optional
 
-from .fault_injection import with_fault_hook
-from .multirank import free_port, pin_to_device
+from libai_ext.testing.fault_injection import with_fault_hook
+from libai_ext.testing.multirank import free_port, pin_to_device
 
 PR_SET_CHILD_SUBREAPER = 36
 _LAUNCHER_RC = re.compile(r"returned non-zero exit status (-?\d+)")

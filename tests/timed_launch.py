@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, Optional
 
-from .fault_injection import with_fault_hook
-from .multirank import free_port, pin_to_device
+from libai_ext.testing.fault_injection import with_fault_hook
+from libai_ext.testing.multirank import free_port, pin_to_device
 
 
 @dataclass
