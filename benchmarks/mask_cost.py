@@ -2,6 +2,8 @@
 
     .venv/bin/python benchmarks/mask_cost.py [--sizes 20 24] [--repeats 7] [--dtype float32]
         [--device cpu] [--stages] [--out benchmarks/results/mask_cost.md]
+    .venv/bin/python benchmarks/mask_cost.py --graph --sizes 22 --repeats 25   # the mask in a train nn.Graph
+    .venv/bin/python benchmarks/mask_cost.py --chunk-peak   # the peak of one large int-op chunk
 
 On a tensor of 2**k elements (shape (2**k / 1024, 1024), p = 0.1, training, ``x.requires_grad``):
 
@@ -137,6 +139,74 @@ def time_variants(sizes, dtype, device, repeats):
     return times, cpu
 
 
+# ---- a train graph: the mask inside nn.Graph ----------------------------------------------------
+
+GRAPH_VARIANTS = ("oneflow", "keyed")
+
+
+def train_graph(variant, x):
+    """A train ``nn.Graph`` of ``dropout(x * w).sum()`` (SGD, ``w`` over the last dim) on ``x``'s placement:
+    OneFlow's ``nn.Dropout`` or libai_ext's keyed ``Dropout`` (the graph fed the step, as the trainer does)."""
+    import oneflow as flow
+
+    from libai_ext.engine.graph import feed_step
+    from libai_ext.random.layers import Dropout, name_stochastic_layers
+    sys.path.insert(0, os.path.join(ROOT, "tools", "fused_op"))
+    import op_checks  # its train graph, shared
+
+    class Model(flow.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = flow.nn.Parameter(flow.ones(x.shape[-1], placement=x.placement, sbp=flow.sbp.broadcast))
+            self.drop = (flow.nn.Dropout(RATE) if variant == "oneflow"
+                         else Dropout(RATE, randomness="layout_invariant"))
+
+        def forward(self, x):
+            return self.drop(x * self.w).sum()
+
+    model = Model().train()
+    name_stochastic_layers(model)
+    graph = op_checks.train_graph(model, flow.optim.SGD(model.parameters(), lr=0.0))
+    return feed_step(graph) if variant == "keyed" else graph
+
+
+def time_graph_steps(size, device, repeats):
+    """``({variant: [wall seconds per step]}, {variant: [CPU seconds]})`` of ``train_graph``'s steps at 2**size
+    elements on 1 rank, the variants interleaved step by step (each repeat starts one variant later)."""
+    import oneflow as flow
+
+    from libai_ext.random.draws import drawing_step
+
+    x = make_input(2 ** size, "float32", device).detach().to_global(
+        placement=flow.placement(device, ranks=[0]), sbp=flow.sbp.broadcast)
+    graphs = {v: train_graph(v, x) for v in GRAPH_VARIANTS}
+    times, cpu = {}, {}
+    for repeat in range(-1, repeats):  # -1: the compile and a warm-up step each
+        shift = repeat % len(GRAPH_VARIANTS)
+        for name in GRAPH_VARIANTS[shift:] + GRAPH_VARIANTS[:shift]:
+            sync()
+            start, start_cpu = time.perf_counter(), time.process_time()
+            with drawing_step(repeat + 1):
+                graphs[name](x).to_local().numpy()
+            if repeat >= 0:
+                times.setdefault(name, []).append(time.perf_counter() - start)
+                cpu.setdefault(name, []).append(time.process_time() - start_cpu)
+    return times, cpu
+
+
+def graph_table(size, times, cpu):
+    """Median step and CPU time, and the fastest CPU time (the least disturbed on a shared host), each as a ratio
+    to OneFlow's dropout."""
+    stats = {name: (statistics.median(times[name]), statistics.median(cpu[name]), min(cpu[name]))
+             for name in GRAPH_VARIANTS}
+    lines = ["| elements | variant | step ms (median) | ratio | CPU ms (median) | ratio | CPU ms (fastest) | ratio |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, values in stats.items():
+        cells = " | ".join(f"{v * 1e3:.1f} | {v / base:.2f}" for v, base in zip(values, stats["oneflow"]))
+        lines.append(f"| 2^{size} | {name} | {cells} |")
+    return "\n".join(lines)
+
+
 # ---- memory: one measurement per process ------------------------------------------------------
 
 def _status_kib(field):
@@ -150,6 +220,30 @@ def _status_kib(field):
 def _reset_peak():
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # resets VmHWM to the current resident set
+
+
+CHUNK_PEAK_BOXES = {"below 2**32 words": ((4096, 8192), (0, 0), (4096, 8192)),
+                    "across a multiple of 2**32": ((2 ** 20, 2 ** 14 + 1), (262000, 0), (263024, 2 ** 14 + 1))}
+
+
+def chunk_peak(shape, lo, hi):
+    """Bytes per word that one int-op chunk (the mask box ``[lo, hi)`` of ``shape``, the host loop off, the chunk
+    limit lifted) adds to the peak resident set, its 2-byte output included: what
+    ``counter_rng.CHUNK_BYTES_PER_WORD`` states."""
+    from unittest import mock
+
+    import numpy as np
+    from libai_ext.random import counter_rng
+
+    keys = counter_rng.derive_keys(1, "chunk peak")
+    words = int(np.prod(np.subtract(hi[:-1], lo[:-1]))) * ((hi[-1] - lo[-1] + 1) // 2)
+    with mock.patch.object(counter_rng, "_counter_kernel", None), \
+            mock.patch.dict(counter_rng.CHUNK_WORDS, {"cpu": 2 ** 40}):
+        counter_rng.local_keep_mask(shape, lo, [a + 1 for a in lo], keys, RATE).numpy()  # warm-up
+        _reset_peak()
+        before = _status_kib("VmRSS")
+        counter_rng.local_keep_mask(shape, lo, hi, keys, RATE).numpy()
+        return (_status_kib("VmHWM") - before) * 1024 / words
 
 
 def _exhaust_cached_memory(used, block_mib=1):
@@ -286,7 +380,7 @@ def stage_costs(size, dtype, device, repeats=7):
     from libai_ext.random.layers import stochastic
     from libai_ext.random import counter_rng, global_index
 
-    words = min(counter_rng.CHUNK_WORDS.get(device) or max(counter_rng.CHUNK_WORDS.values()), 2 ** (size - 1))
+    words = min(counter_rng.chunk_words(device), 2 ** (size - 1))
     chunks = 2 ** (size - 1) // words
     keys = counter_rng.derive_keys(1, "stages")
     shape = (words // 512, 512)
@@ -336,10 +430,28 @@ def main():
     parser.add_argument("--out", default=None)
     parser.add_argument("--stages", action="store_true",
                         help="also: the int-op path's stages, CPU ns per element each (where its time goes)")
+    parser.add_argument("--graph", action="store_true",
+                        help="instead: one train step of an nn.Graph of dropout(x * w).sum(), float32, 1 rank")
+    parser.add_argument("--chunk-peak", nargs="?", const="all", default=None,
+                        help="instead: the peak bytes per word of one large int-op chunk (CHUNK_BYTES_PER_WORD)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)  # one memory measurement
     args = parser.parse_args()
     if args.child:
         print(json.dumps(measure_memory(args.child, args.sizes[0], args.dtype, args.device)))
+        return 0
+    if args.chunk_peak in CHUNK_PEAK_BOXES:  # one box per process: OneFlow's allocator keeps what it freed
+        print(f"one int-op chunk, {args.chunk_peak}: {chunk_peak(*CHUNK_PEAK_BOXES[args.chunk_peak]):.1f} bytes per "
+              "word of peak growth", flush=True)
+        return 0
+    if args.chunk_peak:
+        for name in CHUNK_PEAK_BOXES:
+            subprocess.run([sys.executable, __file__, "--chunk-peak", name], check=True)
+        return 0
+    if args.graph:
+        text = "\n\n".join(graph_table(size, *time_graph_steps(size, args.device, args.repeats)) for size in args.sizes)
+        publish(f"{args.device}, float32, p = {RATE}: one train step of an nn.Graph of dropout(x * w).sum() on 1 rank, "
+                f"median of {args.repeats} steps interleaved with the other variant's.\n\n{text}\n", args.out,
+                title=f"Dropout masks in a train graph: the keyed mask against OneFlow's dropout, {args.device}")
         return 0
     times, cpu = time_variants(args.sizes, args.dtype, args.device, args.repeats)
     memory = memory_in_fresh_processes(args.sizes, args.dtype, args.device, max(3, args.repeats // 2))
@@ -361,7 +473,7 @@ def main():
 def _chunk_words(device):
     from libai_ext.random import counter_rng
 
-    return counter_rng.CHUNK_WORDS.get(device) or max(counter_rng.CHUNK_WORDS.values())
+    return counter_rng.chunk_words(device)
 
 
 if __name__ == "__main__":

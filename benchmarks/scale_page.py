@@ -4,10 +4,10 @@
 
 Measured here, side by side in one process (ratios, not this host's times, are what carries over):
 the initial-weight re-draw (``counter_rng.counter_normal``, the global-op path of ``param_init``) against
-OneFlow's ``flow.randn`` per element; the bytes of one rank's random state (``rng_state.capture_rng_state``)
+OneFlow's ``flow.randn`` per element; the ops, bytes and eager launches ``benchmarks/mask_count.py`` counts; the bytes of one rank's random state (``rng_state.capture_rng_state``)
 and of the data position (``data.position.DataPosition``) as checkpoints store them.  Projected from GPT-3
-175B's shapes on (dp 32, tp 8, pp 4): local parameters per rank, mask elements per rank and step, and the
-int-op mask path's memory traffic (``benchmarks/mask_cost.py``'s ``STAGES``) at a GPU's HBM bandwidth.
+175B's shapes on (dp 32, tp 8, pp 4): local parameters per rank, and the counted memory traffic at a GPU's HBM
+bandwidth.
 """
 import argparse
 import os
@@ -20,7 +20,8 @@ import types
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks.mask_cost import STAGES  # noqa: E402
+from benchmarks.mask_count import count_all, native_backward_bytes, step_bytes  # noqa: E402
+from libai_ext.random.counter_rng import GPU_LAUNCH_BYTES, chunk_words  # noqa: E402
 from benchmarks.report import command_line, host  # noqa: E402
 from libai_ext.random.param_init import DEFAULT_REBUILD_LIMIT_GIB  # noqa: E402
 
@@ -29,7 +30,6 @@ DP, TP, PP = 32, 8, 4
 HBM_BYTES_PER_S = 2.0e12  # an A100 80GB's HBM2e, about 2 TB/s (NVIDIA's data sheet)
 STEP_FLOPS = 6 * 175e9 * BATCH * SEQ  # forward + backward, 6 flops per parameter and token
 GPU_FLOPS = 312e12 * 0.5  # an A100's dense bf16 peak at 50 % utilisation
-NATIVE_BYTES = 9  # flow._C.dropout: reads x, writes y and its 1-byte mask (benchmarks/mask_cost.py)
 
 
 def local_parameters():
@@ -37,15 +37,6 @@ def local_parameters():
     per_layer = 12 * H * H / TP + (3 * H + H + 4 * H + H) / TP + 4 * H  # weights, split biases, norms
     layers = LAYERS // PP
     return int(layers * per_layer + VOCAB * H / TP + SEQ * H)
-
-
-def mask_elements_per_rank():
-    """Dropout mask elements one rank computes per step: attention probabilities split by dp and tp, two hidden
-    dropouts per layer split by dp only (every tp rank of a dp group draws the whole hidden mask)."""
-    layers = LAYERS // PP
-    probs = BATCH * HEADS * SEQ * SEQ / (DP * TP)
-    hidden = 2 * BATCH * SEQ * H / DP
-    return int(layers * (probs + hidden))
 
 
 def per_element_ns(run, elements, repeats=5):
@@ -87,10 +78,16 @@ def page(exponent):
     init_ns, randn_ns = measure_init(exponent)
     rng_bytes, position_bytes = measure_checkpoint_bytes()
     params = local_parameters()
-    masks = mask_elements_per_rank()
-    ops, moved = sum(s[1] for s in STAGES), sum(s[2] for s in STAGES)
-    int_op_s = masks * moved / HBM_BYTES_PER_S
-    native_s = masks * NATIVE_BYTES / HBM_BYTES_PER_S
+    counts = count_all()
+    sites = counts["sites"]
+    masks = sum(row["uses"] * row["elements"] for row in sites.values())
+    seconds = {(path, bf16): step_bytes(counts, path, bf16) / HBM_BYTES_PER_S
+               for path in ("int ops", "graph", "native") for bf16 in (False, True)}
+    launches = sum(row["launches"] * row["uses"] for row in sites.values())
+    probs, init = sites["attention-probs dropout"]["int ops"], counts["init"]
+    graph = sites["attention-probs dropout"]["graph"]
+    init_s = params * init["bytes"][False] / HBM_BYTES_PER_S
+    native_forward = sites["attention-probs dropout"]["native"]["bytes"][False] + 1  # + the mask it keeps inside
     step_s = STEP_FLOPS / (DP * TP * PP) / GPU_FLOPS
     command = command_line()
     world = DP * TP * PP
@@ -113,31 +110,33 @@ Each rank re-draws only its own shards (`random/param_init.py`): at (32, 8, 4) a
 share). Measured here, side by side: the keyed normal (`counter_rng.counter_normal`: each value a pure function of the seed and
 its global position, float64 Box-Muller on two streams) costs **{init_ns / randn_ns:.1f}x** the CPU time per element of `flow.randn` at
 2^{exponent} elements (a ratio: this host's times are taken under load), so the re-draw of {params / 1e9:.2f}
-billion parameters costs that multiple of an ordinary random init of the same shards. On a GPU both are memory-bound element-wise
-passes (about 30 int32 ops and a few float64 ones per element), a fraction of a second per rank at HBM bandwidth.
-The ranks draw in parallel: the start-up's re-draw does not grow with the number of ranks, only with the
-parameters per rank.
+billion parameters costs that multiple of an ordinary random init of the same shards. On a GPU it is memory-bound:
+{init["passes"]} passes and {init["bytes"][False]:.0f} bytes per element, counted (`benchmarks/mask_count.py`), {init_s:.1f} s
+per rank at HBM bandwidth. The ranks draw in parallel: the re-draw grows with the parameters per rank only.
 
 ## Dropout masks: the int-op path's share of a step
 
-On a GPU (and inside `nn.Graph`) masks are built from OneFlow int32 ops: {ops} ops and {moved} bytes of memory
-traffic per mask element (`benchmarks/mask_cost.py --stages`), against {NATIVE_BYTES} bytes for OneFlow's fused
-`flow._C.dropout`. A rank of (32, 8, 4) computes {masks / 1e9:.0f} billion mask elements per step (its 24 layers'
-attention probabilities split by dp and tp, and two hidden-state dropouts per layer split by dp only). At
-{HBM_BYTES_PER_S / 1e12:.0f} TB/s (an A100's HBM), memory-bound:
+On a GPU (and inside `nn.Graph`) masks are built from OneFlow int32 ops. `benchmarks/mask_count.py` counts them at
+each mask site's real position on rank 0 (the attention probabilities' word index past 2^32): making the attention
+mask takes {probs["passes"]} passes and {probs["bytes"][False]:.0f} bytes per element ({graph["passes"]} and {graph["bytes"][False]:.0f} in a graph), applying it
+{probs["apply"]["forward bytes"][False]:.0f} bytes forward and {probs["apply"]["backward bytes"][False]:.0f} backward
+(fp32), against {native_forward:.0f} and {native_backward_bytes(False)} for OneFlow's dropout. A rank computes {masks / 1e9:.0f} billion mask elements per step
+(24 layers' attention probabilities split by dp and tp, two hidden-state dropouts per layer split by dp only, the
+embedding's, 4 micro-batches). At {HBM_BYTES_PER_S / 1e12:.0f} TB/s (an A100's HBM), memory-bound, seconds per
+step per rank:
 
-| | bytes per element | seconds per step per rank | share of a step |
+| | fp32 | bf16 | share of a step (fp32) |
 |---|---|---|---|
-| int-op path | {moved} | {int_op_s:.2f} | {int_op_s / step_s:.0%} |
-| `flow._C.dropout` | {NATIVE_BYTES} | {native_s:.2f} | {native_s / step_s:.0%} |
+| int-op path, mask + apply forward and backward | {seconds["int ops", False]:.2f} | {seconds["int ops", True]:.2f} | {seconds["int ops", False] / step_s:.0%} |
+| the same in `nn.Graph` | {seconds["graph", False]:.2f} | {seconds["graph", True]:.2f} | {seconds["graph", False] / step_s:.0%} |
+| `flow._C.dropout` forward and backward | {seconds["native", False]:.2f} | {seconds["native", True]:.2f} | {seconds["native", False] / step_s:.0%} |
 
 A step is {step_s:.1f} s here: 6 flops per parameter and token over 1,024 GPUs at half of an A100's 312 dense
-TFLOPS. So the int-op path would cost about {int_op_s / step_s:.0%} of a GPT-3 step where OneFlow's dropout costs
-{native_s / step_s:.0%}. What brings it near native is fewer passes over memory: a fused kernel computing the
-hash and the mask in registers (one read of x, one write of y and of the 1-byte mask, as `flow._C.dropout`),
-built where a CUDA compiler exists. The CPU host kernel of `random/_counter_kernel.c` is that fusion on the
-host; a CUDA one does not exist yet, and `make gpu-check`'s `mask cost` row is what checks it on a GPU.
-On CPU hosts the eager path runs the host kernel instead and is not memory-bound in the same way.
+TFLOPS. Eager GPU ranks cut masks into chunks of {chunk_words('cuda') / 1e6:.0f} million words (at most
+{GPU_LAUNCH_BYTES / 2 ** 30:.0f} GiB of temporaries a launch): {sites["attention-probs dropout"]["chunks"]} per attention use,
+{launches:,} eager ops per rank per step (counted), tens of microseconds each.
+What brings the path near native is one fused kernel (hash, mask and apply in registers); the CPU host kernel of
+`random/_counter_kernel.c` is that fusion on the host, eager CPU ranks run it; a CUDA one does not exist yet.
 
 ## Checkpoints: random state and data position
 

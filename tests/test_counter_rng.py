@@ -20,7 +20,7 @@ from scipy import stats
 
 from libai_ext.random import counter_spec as spec
 from libai_ext.random.counter_rng import (
-    call_keys, counter_bits, derive_keys, keep_mask, local_counter_bits, local_keep_mask, step_hash, stream_keys,
+    call_keys, counter_bits, derive_keys, keep_mask, local_counter_bits, local_keep_mask, step_key, stream_keys,
     stream_words,
 )
 from libai_ext.random.global_index import StepRows
@@ -130,14 +130,14 @@ def test_micro_batches_draw_their_part_of_the_step(acc, dp):
 
 
 def keys_from_a_step_tensor(seed, stream, step, call):
-    """What a graph computes: the step hash from an int32 step tensor, then the draw's keys."""
-    hashed = step_hash(seed, flow.tensor([step], dtype=flow.int32))
+    """What a graph computes: the draw's keys from the step key's words as int32 tensors (its input)."""
+    hashed = tuple(flow.tensor([word], dtype=flow.int32) for word in step_key(seed, step))
     return tuple(int(k.item()) if isinstance(k, flow.Tensor) else k
                  for k in call_keys(stream_words(seed, stream), hashed, call))
 
 
 def test_host_keys_equal_keys_from_a_step_tensor():
-    """Eager layers hash (step, call) on the host, graphs from an int32 step tensor."""
+    """Eager layers derive a draw's keys on the host, graphs from the step key's int32 tensors."""
     checked = 0
     for step in (0, 1, 77, 2 ** 24 + 1, 2 ** 31 - 1):
         for call in (0, 1, 9):
@@ -503,3 +503,81 @@ def test_the_host_kernel_refuses_bad_buffers():
         kernel().bits(np.empty(6, np.int32), [np.arange(6, dtype=np.int32)], [1, 0, 1, 1, 1])
     with pytest.raises(ValueError, match=r"\(C, a, d1, d2, d3\)"):
         kernel().bits(np.empty(6, np.int32), [np.arange(6, dtype=np.int64)], [1, 0, 1])
+
+
+@pytest.mark.parametrize("lo, hi, chunk, crosses", [((524222, 0), (524226, 16385), 8193, True),
+                                                    ((524223, 7), (524225, 9000), 3000, True),
+                                                    ((10 ** 6, 1), (10 ** 6 + 2, 40), None, False)])
+def test_masks_past_two_to_the_32_words_in_chunks(monkeypatch, lo, hi, chunk, crosses):
+    """A mask of 2**20 rows of 8,193 words (past 2 * 2**32 words): a chunk wholly on one side of a multiple of
+    2**32 takes its high word as a constant, one across it per element; every path gives the spec's bits."""
+    from libai_ext.random import counter_rng
+
+    shape = (2 ** 20, 2 ** 14 + 1)
+    word, low = spec.mask_word(np.arange(lo[0], hi[0], dtype=np.uint64)[:, None],
+                               np.arange(lo[1], hi[1], dtype=np.uint64)[None, :], shape[1])
+    high = word >> np.uint64(32)
+    assert (high.min() != high.max()) == crosses and high.max() >= 1
+    unsigned = [np.uint64(k & spec.MASK32) for k in KEYS]
+    expected = spec.keep(spec.mask_permute(word & np.uint64(spec.MASK32), unsigned, high),
+                         np.broadcast_to(low, word.shape), spec.keep_level(0.3))
+    shared = []
+    real = counter_rng._shared_high_word
+    monkeypatch.setattr(counter_rng, "_shared_high_word", lambda *a: shared.append(real(*a)) or shared[-1])
+    for name, got in zip(("host loop", "int32 ops", "int32 ops in chunks"),
+                         _three_paths(monkeypatch, shape, lo, hi, 0.3, chunk=chunk)):
+        np.testing.assert_array_equal(got, expected, err_msg=name)
+    assert (None in shared) == crosses and any(h for h in shared if h is not None)
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:1", flow.device("cuda")])
+def test_a_gpu_ranks_chunks_are_few_and_within_the_memory_bound(device):
+    """The sizes a GPU device gets, computed without a GPU: GPT-3 175B's attention-probability mask on a rank of
+    (32, 8, 4) (12 samples x 12 heads x 2,048 rows of 1,024 words) is a few chunks of the int-op path, each within
+    ``GPU_LAUNCH_BYTES`` of temporaries, and a few apply launches; a CPU keeps its own sizes."""
+    from libai_ext.random import counter_rng
+    from libai_ext.random.layers import stochastic
+
+    assert not counter_rng.host_kernel_serves(device)
+    limit = counter_rng.chunk_words(device)
+    assert limit * counter_rng.CHUNK_BYTES_PER_WORD <= counter_rng.GPU_LAUNCH_BYTES
+    chunks = counter_rng.mask_chunks((0, 0, 0), (12, 12, 2048), (0, 1024), limit)
+    sizes = [int(np.prod(np.subtract(c.row_hi, c.row_lo))) * (c.stop - c.first) for c in chunks]
+    assert sum(sizes) == 12 * 12 * 2048 * 1024 and max(sizes) <= limit and len(chunks) <= 12
+    assert len(stochastic.apply_chunks(12 * 12 * 2048 * 2048, stochastic.APPLY_CHUNK["cuda"])) <= 9
+    assert counter_rng.chunk_words("cpu") == 2 ** 17 and len(counter_rng.mask_chunks(
+        (0, 0, 0), (12, 12, 2048), (0, 1024), counter_rng.chunk_words("cpu"))) == 2304
+
+
+def _around_multiples_of_two_to_the_32(shape):
+    """Per dim, positions that put the flat index on both sides of each multiple of 2**32 it crosses, and ends."""
+    strides = [int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(len(shape))]
+    picks = [{0, n - 1} for n in shape]
+    for multiple in range(2 ** 32, int(np.prod(shape, dtype=np.int64)), 2 ** 32):
+        for flat in (multiple - 1, multiple):
+            for d, stride in enumerate(strides):
+                picks[d].add(flat // stride % shape[d])
+    return strides, [sorted(p) for p in picks]
+
+
+@pytest.mark.parametrize("shape", [(2 ** 20, 2 ** 14 + 1), (3, 5 * 2 ** 29 + 1, 3), (2 ** 33 + 5,)])
+def test_high_words_from_int_ops_only(monkeypatch, shape):
+    """``flat // 2**32`` of the index (what the graph path and a chunk across a multiple of 2**32 compute per
+    element), on both sides of every multiple of 2**32: the rest's carry into the high word (mid-row), outer
+    dims past 2**31 positions, a dimension too large for any rest (int64 throughout); no float64 on the way."""
+    from libai_ext.random import global_index
+
+    strides, picks = _around_multiples_of_two_to_the_32(shape)
+    vectors = [([d], flow.tensor(p, dtype=flow.int64 if shape[d] >= 2 ** 31 else flow.int32), 0)
+               for d, p in enumerate(picks)]
+    casts = []
+    real_to = flow.Tensor.to
+    monkeypatch.setattr(flow.Tensor, "to", lambda self, *a, **k: casts.append(a) or real_to(self, *a, **k))
+    high = global_index._high_words(vectors, strides, shape)
+    monkeypatch.undo()
+    if isinstance(high, global_index.HighWords):
+        high = flow.where(high.carry, high.high + 1, high.high)
+    flat = sum(np.array(p, dtype=np.int64).reshape([-1 if e == d else 1 for e in range(len(shape))]) * s
+               for d, (p, s) in enumerate(zip(picks, strides)))
+    np.testing.assert_array_equal(high.numpy(), flat >> 32)
+    assert len(np.unique(flat >> 32)) > 1 and flow.float64 not in [a for cast in casts for a in cast]

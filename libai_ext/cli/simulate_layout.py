@@ -11,7 +11,10 @@ masks on activations and attention probabilities, under gradient accumulation; i
 by tp and placed by pp; flow.rand by global position), each rank computes its box through its own code
 path (the eager host kernel and int32-op paths, the global-op path of nn.Graph and initial weights),
 compared with the same positions of the 1-rank draw: corners and edges of each box, random positions,
-both sides of every multiple of 2**31 of the index.  Prints one line per draw site."""
+both sides of every multiple of 2**31 of the index.  First, the model at reduced widths: every rank's whole
+box through the chunked int-op path (chunks small enough that every boundary is crossed, the last chunk
+partial) and the chunked apply step, and the whole tensor through OneFlow's global ops and an nn.Graph on one
+rank ("whole" lines).  Prints one line per draw site."""
 
 EXIT_CODES = ((0, "every rank's values equal the 1-rank draw at every position compared"),
               (1, "a difference: the site, rank, its (stage, dp, tp) coordinates and the first differing "
@@ -22,9 +25,10 @@ EXAMPLES = ("libai-ext-simulate-layout --layout 32,8,4 --model gpt3-175b",
             "libai-ext-simulate-layout --layout 4,2,1 --site probs:mask@0.1:64x16x512x512:S0,S1:rows",
             "",
             "# a fault injected into the rank path: exits 1, naming the site, the rank and the position",
-            "libai-ext-simulate-layout --layout 32,8,4 --model gpt3-175b --mutate truncate32")
+            "libai-ext-simulate-layout --layout 32,8,4 --model gpt3-175b --mutate truncate32",
+            "libai-ext-simulate-layout --layout 4,2,1 --model gpt3-175b --mutate chunk-last")
 MODELS = ("gpt3-175b", "gpt2-xl", "bert-large", "vit-h14", "swin-b")
-MUTATIONS = ("box-offset", "stride", "axis", "truncate32")
+MUTATIONS = ("box-offset", "stride", "axis", "truncate32", "chunk-last", "chunk-offset", "chunk-swap", "apply-last")
 
 
 def build_parser():
@@ -36,7 +40,8 @@ def build_parser():
                              "SBP the (data, tensor) pair, e.g. S0,S1; ':rows' when dim 0 is a micro-batch's rows (default: none)")
     parser.add_argument("--micro-batches", type=int, default=4,
                         help="micro-batches per step: gradient accumulation or pipeline micro-batches (default: %(default)s)")
-    parser.add_argument("--mutate", choices=MUTATIONS, help="inject this fault into the rank path, the run must then fail (default: none)")
+    parser.add_argument("--mutate", choices=MUTATIONS, help="inject this fault into the rank path or a box's assembly "
+                        "from chunks, the run must then fail; it stops at the first difference (default: none)")
     return parser
 
 

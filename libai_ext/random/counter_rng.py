@@ -25,21 +25,22 @@ Where the index lives (``global_index``): eager ranks hash their own slice with 
 with a placement); under gradient accumulation a micro-batch's rows are numbered by their place
 in the step's global batch (``global_index.StepRows``).
 
-Keys: ``derive_keys(*words)`` for one-off draws (initial weights), ``call_keys`` for a layer's
-draw number ``(step, call)``: ``C`` and ``a`` are the step's ``step_hash`` (two words, the
-permutation of a linear function of the step under the run's keys, computed once per step for
-all streams) times the stream's odd multipliers, minus a linear function of the call; the rounds'
-``d`` are the stream's own.  On the host for eager layers (``counter_spec``), from an int32 step
-tensor inside a graph, with the same bits.
+Keys, all from ``keys.key``: ``derive_keys(*words)`` for one-off draws (initial weights), ``call_keys`` for
+a layer's draw number ``(step, call)``: ``C`` and ``a`` are the step's ``keys.step_key`` (two words, computed once per
+step for all streams) times the stream's odd multipliers, minus a linear function of the call; the rounds'
+``d`` are the stream's own.  Ints on the host for eager layers; inside a graph the step key is an input tensor,
+with the same bits.
 """
 import functools
-import hashlib
+from typing import NamedTuple
 
 import numpy as np
 import oneflow as flow
 
 from . import counter_spec, global_index
 from .counter_spec import HI_MULTIPLIERS, KEY_WORDS, to_signed
+from .global_index import StepRows
+from .keys import key_words, step_key
 
 try:  # built by `pip install` where a C compiler exists (setup.py); the int32 ops otherwise
     from . import _counter_kernel
@@ -48,8 +49,7 @@ except ImportError:
 
 
 def _hash_words(count, words):
-    digest = hashlib.blake2b(repr(words).encode(), digest_size=4 * count).digest()
-    return [to_signed(int.from_bytes(digest[4 * i:4 * i + 4], "little")) for i in range(count)]
+    return [to_signed(w) for w in key_words(*words, count=count)]
 
 
 def _odd_where_needed(keys):
@@ -62,73 +62,31 @@ def derive_keys(*words):
     return _odd_where_needed(_hash_words(KEY_WORDS, words))
 
 
-# The draw's keys that change with the step: ``C`` (the index multiplier) and ``a`` (the offset).
-STEP_KEYS = 2
-
-
-@functools.lru_cache(maxsize=64)
-def _step_words(seed):
-    """The run's step hash: permutation keys, then per hashed word a step multiplier (odd) and an offset."""
-    linear = _hash_words(2 * STEP_KEYS, (seed, "step", "linear"))
-    return derive_keys(seed, "step", "own"), tuple(w | 1 if i % 2 == 0 else w for i, w in enumerate(linear))
-
-
-def step_hash(seed, step):
-    """Two odd words that every draw of ``step`` derives its ``C`` and ``a`` from: the permutation of a
-    linear function of the step.  Ints for an int ``step``; for a tensor ``step`` (a graph's input,
-    one int32 element) an int32 tensor of two elements laid out like it, the same bits."""
-    own, linear = _step_words(seed)
-    multipliers, offsets = linear[0::2], linear[1::2]
-    if isinstance(step, flow.Tensor):
-        hashed = mix((step.reshape(1) * _int32_like(step, multipliers) - _int32_like(step, offsets)) * own[0] - own[1],
-                     own)
-        return hashed * 2 + 1
-    own_unsigned = [k & counter_spec.MASK32 for k in own]
-    return tuple(to_signed(counter_spec.permute((int(step) * m - c) & counter_spec.MASK32, own_unsigned) * 2 + 1)
-                 for m, c in zip(multipliers, offsets))
-
-
 @functools.lru_cache(maxsize=4096)
 def stream_words(seed, stream):
-    """A stream's words: for ``C`` and ``a``, a multiplier of the step hash (odd), a call multiplier and an
+    """A stream's words: for ``C`` and ``a``, a multiplier of the step key (odd), a call multiplier and an
     offset (both even for ``C``, which stays odd); then its rounds' keys ``d1, d2, d3`` (odd)."""
-    linear = _hash_words(3 * STEP_KEYS, (seed, stream, "linear"))
+    linear = _hash_words(6, (seed, stream, "linear"))
     linear = tuple(w | 1 if i % 3 == 0 else (w & ~1 if i < 3 else w) for i, w in enumerate(linear))
     return linear, derive_keys(seed, stream, "rounds")[2:]
 
 
 def call_keys(words, hashed, call=0):
-    """The keys ``(C, a, d1, d2, d3)`` of a stream's draw ``(step, call)`` from the step's ``step_hash``:
-    ``C`` and ``a`` are ``hash * multiplier - (call * call multiplier + offset)``, the ``d`` are the
-    stream's own, so a draw costs two multiply-adds (the permutation runs once per step, for every
-    stream) and the rounds take constants.  ``C`` and ``a`` are ints for a host hash; for a tensor hash
-    (a graph's) int32 tensors of one element each, laid out like it, the same bits."""
-    linear, rounds = words
-    multipliers = [linear[3 * k] for k in range(STEP_KEYS)]
-    constants = [to_signed(linear[3 * k + 1] * call + linear[3 * k + 2]) for k in range(STEP_KEYS)]
-    if isinstance(hashed, flow.Tensor):
-        hashed = split_hash(hashed)
-    if isinstance(hashed[0], flow.Tensor):  # ``*`` and ``-`` of Python ints: exact, no constant tensors
-        return tuple(h * m - c for h, m, c in zip(hashed, multipliers, constants)) + tuple(rounds)
-    return tuple(to_signed(h * m - c) for h, m, c in zip(hashed, multipliers, constants)) + tuple(rounds)
-
-
-def split_hash(hashed):
-    """A tensor ``step_hash`` as its words, one-element tensors (``call_keys`` takes either form; a graph
-    splits it once for all its draws)."""
-    return tuple(flow.split(hashed, 1))
+    """The keys ``(C, a, d1, d2, d3)`` of a stream's draw ``(step, call)`` from the step's key ``hashed``
+    (``step_key``): ``C`` and ``a`` are ``hash * multiplier - (call * call multiplier + offset)``, the ``d`` are
+    the stream's own, so a draw costs two multiply-adds and the rounds take constants.  For a graph's key
+    (int32 tensors of one element each) ``C`` and ``a`` are such tensors, the same bits."""
+    (m_c, s_c, o_c, m_a, s_a, o_a), rounds = words
+    h_c, h_a = hashed
+    c, a = h_c * m_c - to_signed(s_c * call + o_c), h_a * m_a - to_signed(s_a * call + o_a)
+    if isinstance(h_c, flow.Tensor):  # ``*`` and ``-`` of Python ints: exact, no constant tensors
+        return (c, a) + rounds
+    return (to_signed(c), to_signed(a)) + rounds
 
 
 def stream_keys(seed, stream, step, call=0):
     """The keys of a stream's draw ``(step, call)`` on the host, as ints."""
-    return call_keys(stream_words(seed, stream), step_hash(seed, int(step)), int(call))
-
-
-def _int32_like(tensor, values):
-    if tensor.is_global:
-        return flow.tensor(values, dtype=flow.int32, placement=tensor.placement,
-                           sbp=[flow.sbp.broadcast] * len(tensor.sbp))
-    return flow.tensor(values, dtype=flow.int32, device=tensor.device)
+    return call_keys(stream_words(seed, stream), step_key(seed, step), int(call))
 
 
 # ---- the permutation on int32 tensors ------------------------------------------------------
@@ -157,11 +115,16 @@ def quadratic(x, d):
 
 
 def mix(x, keys, hi=None, rotate=rotate_mix):
-    """The rounds after ``A``: ``x`` holds ``lo * C - a``; ``hi`` the index's high words, if any;
-    ``rotate``: ``rotate_mix`` (``permute``) or ``rotate_trunc`` (``mask_permute``)."""
+    """The rounds after ``A``: ``x`` holds ``lo * C - a``; ``hi`` the index's high words, if any (a tensor, a
+    ``global_index.HighWords``, or one int shared by every element: a constant per round); ``rotate``:
+    ``rotate_mix`` (``permute``) or ``rotate_trunc`` (``mask_permute``)."""
     for d, multiplier in zip(keys[2:], HI_MULTIPLIERS):
         x = quadratic(rotate(x), d)
-        if hi is not None:
+        if isinstance(hi, int):
+            x = x - to_signed(hi * multiplier) if hi else x
+        elif isinstance(hi, global_index.HighWords):
+            x = x - hi.scaled(to_signed(multiplier))
+        elif hi is not None:
             x = x - hi * to_signed(multiplier)
     return x
 
@@ -189,13 +152,21 @@ shard_box = global_index.shard_box
 
 # ---- dropout masks: two elements from each word (counter_spec.keep) ---------------------------------
 
-# Words hashed per launch by the eager int-op path: bounds its temporaries (a few int32 tensors of
-# this size live at once) whatever the mask's size.  Each chunk is about 30 OneFlow ops, and an eager
-# op costs tens of microseconds of CPU beyond its kernel (Python dispatch, OneFlow's scheduler), so
-# the chunk is as large as keeps a call's peak memory near OneFlow's dropout's (on CPU, 2**17 words
-# measured best: 2**16 doubles the ops, 2**18 raises the peak at 2**24 elements by a quarter;
-# benchmarks/mask_cost.py); on GPUs large enough to keep the launches few.
-CHUNK_WORDS = {"cpu": 2 ** 17, "cuda": 2 ** 20}
+# Temporaries one eager launch on a GPU may hold (the mask's chunks here, the apply step's in ``layers.stochastic``):
+# 1 GiB, 1.25 % of an 80 GB H100, beside a GPT-3 175B rank's weights, optimizer state and activations at (32, 8, 4)
+# (5.5 billion parameters); large enough that a rank's eager step issues a few launches per mask, not hundreds.
+GPU_LAUNCH_BYTES = 2 ** 30
+# Bytes per word live at a chunk's peak: five int32 tensors of its words (a round of ``mix``: its input, the two
+# operands of its last op and their result; the chunk's first words, which the caller holds) and, in a chunk across
+# a multiple of 2**32, its carry.  Measured on CPU (``benchmarks/mask_cost.py --chunk-peak``): 22-24 bytes per
+# word, its 2-byte output included.
+CHUNK_BYTES_PER_WORD = 24
+# Words hashed per launch by the eager int-op path: bounds its temporaries whatever the mask's size.  Each chunk
+# is 32-35 OneFlow ops (benchmarks/mask_count.py) and an eager op costs tens of microseconds of CPU beyond its
+# kernel (Python dispatch, OneFlow's scheduler).  On CPU (where the host loop serves when built), 2**17 words
+# measured best: 2**16 doubles the ops, 2**18 raises the peak at 2**24 elements by a quarter
+# (benchmarks/mask_cost.py); on GPUs, ``GPU_LAUNCH_BYTES``.
+CHUNK_WORDS = {"cpu": 2 ** 17, "cuda": GPU_LAUNCH_BYTES // CHUNK_BYTES_PER_WORD}
 
 
 def host_kernel_serves(device):
@@ -280,35 +251,92 @@ def local_keep_mask(shape, lo, hi, keys, rate, device=None, rows=None):
     """The slice ``[lo, hi)`` of a global tensor's dropout mask (``counter_spec.keep``), as a local
     bool tensor on ``device``: one host loop on CPU, int32 ops elsewhere, the same bits."""
     device = device or "cpu"
-    level = keep_level(rate)
-    out_shape = [int(b) - int(a) for a, b in zip(lo, hi)]
-    matrix, lo, hi, _ = _as_matrix(shape, lo, hi)
-    local_shape = [b - a for a, b in zip(lo, hi)]
-    if level >= counter_spec.HALF or 0 in local_shape:
+    level, out_shape, matrix, lo, hi, terms, box_shape = _mask_plan(
+        tuple(shape), tuple(lo), tuple(hi), rate, *((1, 0) if rows is None else (rows.micro_batches, int(rows.micro))))
+    if terms is None:  # all dropped, or an empty slice
         return flow.zeros(out_shape, dtype=flow.bool, device=device)
-    if host_kernel_serves(device):
-        values = np.empty(local_shape, dtype=np.bool_)
-        _counter_kernel.keep_mask(values, global_index.mask_terms(matrix, lo, hi, rows), keys, level, matrix[-1])
+    if _counter_kernel is not None and str(device).startswith("cpu"):  # (``host_kernel_serves``, inlined)
+        values = np.empty(box_shape, dtype=np.bool_)
+        _counter_kernel.keep_mask(values, terms, keys, level, matrix[-1])
         return flow.from_numpy(values.reshape(out_shape))  # shares the array's memory: no copy
     return _keep_from_int_ops(matrix, lo, hi, keys, level, device, rows).reshape(out_shape)
 
 
+@functools.lru_cache(maxsize=1024)
+def _mask_plan(shape, lo, hi, rate, micro_batches, micro):
+    """``(keep level, slice shape, matrix, its box lo, hi, host kernel terms or None where nothing is hashed,
+    box shape)`` of ``local_keep_mask``'s slice (cached: a model's masks repeat their shapes every step)."""
+    level = keep_level(rate)
+    out_shape = tuple(int(b) - int(a) for a, b in zip(lo, hi))
+    matrix, lo, hi, _ = _as_matrix(shape, lo, hi)
+    box_shape = tuple(b - a for a, b in zip(lo, hi))
+    if level >= counter_spec.HALF or 0 in box_shape:
+        return level, out_shape, matrix, lo, hi, None, box_shape
+    rows = StepRows(micro_batches, micro) if micro_batches > 1 else None
+    return level, out_shape, matrix, lo, hi, global_index.mask_terms(matrix, lo, hi, rows), box_shape
+
+
 def _keep_from_int_ops(matrix, lo, hi, keys, level, device, rows):
-    """``local_keep_mask``'s box from int32 ops, hashed in chunks of rows into one bool tensor."""
+    """``local_keep_mask``'s box from int32 ops, hashed in chunks (``mask_chunks``) into one bool tensor."""
     high, low, hashed = _column_halves(matrix[-1], lo[-1], hi[-1])
     words = matrix[:-1] + ((matrix[-1] + 1) // 2,)
     keep = flow.empty([b - a for a, b in zip(lo, hi)], dtype=flow.bool, device=device)
-    limit = CHUNK_WORDS.get(_device_type(device)) or max(CHUNK_WORDS.values())
-    for first, stop in _word_ranges(hashed, limit):  # one row can hold more words than a chunk
-        part_high = (max(high[0], first), min(high[1], stop))
-        part_low = (max(low[0], first), min(low[1], stop))
+    for chunk in mask_chunks(lo[:-1], hi[:-1], hashed, chunk_words(device)):
+        part_high = (max(high[0], chunk.first), min(high[1], chunk.stop))
+        part_low = (max(low[0], chunk.first), min(low[1], chunk.stop))
         columns = _columns_of(part_high, part_low, high, low, lo[-1], matrix[-1])
-        for row_lo, row_hi in _row_chunks(lo[:-1], hi[:-1], stop - first, limit):
-            bits = local_counter_bits(words, row_lo + [first], row_hi + [stop], keys, device, rows, rotate_trunc)
-            rows_slice = tuple(slice(a - o, b - o) for a, b, o in zip(row_lo, row_hi, lo[:-1]))
-            for (a, b), part in zip(columns, _keep_halves(bits, level, part_high, part_low, first)):
-                keep[rows_slice + (slice(a, b),)] = part
+        bits = _chunk_words(words, list(chunk.row_lo) + [chunk.first], list(chunk.row_hi) + [chunk.stop],
+                            keys, device, rows)
+        rows_slice = tuple(slice(at - o, at - o + b - a)
+                           for a, b, at, o in zip(chunk.row_lo, chunk.row_hi, chunk.at, lo[:-1]))
+        for (a, b), part in zip(columns, _keep_halves(bits, level, part_high, part_low, chunk.first)):
+            keep[rows_slice + (slice(a, b),)] = part
     return keep
+
+
+def _chunk_words(words, lo, hi, keys, device, rows):
+    """A chunk's words (``counter_spec.mask_permute``): where they share one high word (every chunk but one
+    that crosses a multiple of 2**32), that word is a constant of the rounds (none below 2**32): no per-element
+    high words, no float64 temporaries."""
+    high = _shared_high_word(words, lo, hi, rows)
+    if high is None:
+        return local_counter_bits(words, lo, hi, keys, device, rows, rotate_trunc)
+    x0, _ = global_index.keyed_slice(words, lo, hi, keys, device, rows, high_words=False)
+    return mix(x0, keys, high, rotate_trunc)
+
+
+def _shared_high_word(shape, lo, hi, rows):
+    """``flat // 2**32`` of the box ``[lo, hi)`` of ``shape`` (dim 0 a micro-batch of ``rows``) where its
+    first and last elements share it (the flat index grows through the box), else None."""
+    virtual = (shape[0] * rows.micro_batches,) + tuple(shape[1:]) if rows is not None else tuple(shape)
+    offset = rows.offset(shape[0]) if rows is not None else 0
+    strides = [int(np.prod(virtual[d + 1:], dtype=np.int64)) for d in range(len(virtual))]
+    first = sum((a + (offset if d == 0 else 0)) * s for d, (a, s) in enumerate(zip(lo, strides)))
+    last = sum((b - 1 + (offset if d == 0 else 0)) * s for d, (b, s) in enumerate(zip(hi, strides)))
+    return first >> 32 if first >> 32 == last >> 32 else None
+
+
+class MaskChunk(NamedTuple):
+    """One launch of the int-op path: the rows ``[row_lo, row_hi)`` (global, leading dims) and the words
+    ``[first, stop)`` it hashes, written at the rows starting at ``at`` (``row_lo`` unless a fault is injected)."""
+    row_lo: tuple
+    row_hi: tuple
+    first: int
+    stop: int
+    at: tuple
+
+
+def mask_chunks(lo, hi, hashed, limit):
+    """The int-op path's chunks of the box ``[lo, hi)`` (leading dims) whose rows hash the words ``hashed``:
+    at most ``limit`` words each (``MaskChunk``), together every position of the box once."""
+    return [MaskChunk(tuple(row_lo), tuple(row_hi), first, stop, tuple(row_lo))
+            for first, stop in _word_ranges(hashed, limit)  # one row can hold more words than a chunk
+            for row_lo, row_hi in _row_chunks(lo, hi, stop - first, limit)]
+
+
+def chunk_words(device):
+    """``CHUNK_WORDS`` of ``device``'s type (the largest for a type it does not name)."""
+    return CHUNK_WORDS.get(_device_type(device)) or max(CHUNK_WORDS.values())
 
 
 def _word_ranges(hashed, limit):

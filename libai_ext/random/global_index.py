@@ -70,6 +70,14 @@ def shard_box(shape, placement, sbp):
     return lo, hi
 
 
+@functools.lru_cache(maxsize=1024)
+def mask_layout(shape, placement, sbp):
+    """``(sbp, box)`` of an eager mask laid out like a global tensor of ``shape`` with ``sbp`` (a tuple): partial
+    sums read as broadcast (``replicated``), and this rank's ``shard_box`` (cached: every eager mask asks)."""
+    sbp = replicated(sbp)
+    return sbp, shard_box(shape, placement, sbp)
+
+
 def _strides(shape):
     return [int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(len(shape))]
 
@@ -92,7 +100,13 @@ def _times_key(values, key, factor):
     if values.dtype == flow.int64:  # wraps modulo 2**64; the cast keeps the low word (measured)
         multiplier = _scaled(key, factor) if isinstance(key, int) else key.to(flow.int64) * factor
         return (values * multiplier).to(flow.int32)
-    return values * _scaled(key, factor)
+    multiplier = _scaled(key, factor)
+    return values if isinstance(multiplier, int) and multiplier == 1 else values * multiplier
+
+
+def _plus(tensor, constant):
+    """``tensor + constant`` (an int), no op for 0."""
+    return tensor + constant if constant else tensor
 
 
 def _view(term, dims, ndim):
@@ -105,14 +119,64 @@ def _view(term, dims, ndim):
     return term
 
 
-def _high_words(vectors, strides, ndim):
-    """``flat // 2**32`` from ``(dims, positions, first position)`` per group, in float64 (exact
-    below 2**53): only tensors of 2**32 elements or more pay for it."""
-    flat = None
-    for dims, vector, first in vectors:
-        term = _view((vector.to(flow.float64) + float(first)) * float(strides[dims[-1]]), dims, ndim)
-        flat = term if flat is None else flat + term
-    return (flat * (1.0 / _LOW_WORDS)).to(flow.int32)
+class HighWords:
+    """``flat // 2**32`` per element without a whole tensor of it: ``high`` over the outer dims (int32,
+    broadcast), plus one where ``carry`` (bool, whole); ``scaled(m)`` is ``hi * m`` modulo 2**32 (what a round
+    of the hash subtracts), one ``where`` over two small tensors."""
+
+    def __init__(self, high, carry):
+        self.high, self.carry = high, carry
+
+    def scaled(self, multiplier):
+        low = self.high * multiplier
+        return flow.where(self.carry, _plus(low, multiplier), low)
+
+
+def _index_sum(vectors, strides, ndim, key=1, offset=0):
+    """``(sum of (positions + first) * stride) * key - offset`` modulo 2**32 over the groups ``(dims,
+    positions, first)``, int32, broadcast over their dims: the smallest group first (only the last op writes a
+    whole tensor), ``- offset`` folded into it, the others subtracted negated (``tensor + tensor`` is not exact);
+    a group whose term is its positions (``key * stride`` 1) first, as it costs no op then.  A non-zero ``first``
+    takes an int ``key``; an int32 tensor ``key`` or ``offset`` one element."""
+    def order(group):
+        dims, vector, first = group
+        free = isinstance(key, int) and not first and _scaled(key, strides[dims[-1]]) == 1
+        return not free, vector.numel()
+    total = None
+    for dims, vector, first in sorted(vectors, key=order):
+        sign = 1 if total is None else -1
+        stride = sign * strides[dims[-1]]
+        term = _times_key(vector, key, stride)
+        constant = to_signed(key * first * stride) if first else 0
+        if total is None:
+            term = (_plus(term, to_signed(constant - offset)) if isinstance(offset, int)
+                    else _plus(term, constant) - offset)
+            total = _view(term, dims, ndim)
+        else:
+            total = total - _view(_plus(term, constant), dims, ndim)
+    return total
+
+
+def _high_words(vectors, strides, shape):
+    """``flat // 2**32`` from ``(dims, positions, first position)`` per group (``shape``: the virtual tensor's),
+    from int ops: the trailing groups whose positions stay below 2**31 - 1 sum to ``rest`` (int32, exact), the
+    others to ``outer`` in int64 over their own dims only; the high word is ``outer``'s, plus one where ``rest``
+    carries ``outer``'s low word past 2**32 (``HighWords``).  Where no trailing group is that small (a dimension
+    of 2**31 positions), the whole flat index in int64."""
+    ndim = len(shape)
+    inner = next((g for g, (dims, _, _) in enumerate(vectors)
+                  if shape[dims[0]] * strides[dims[0]] <= 2 ** 31 - 1), len(vectors))
+    outer = None
+    for dims, vector, first in vectors[:inner]:
+        term = _view((vector.to(flow.int64) + first) * strides[dims[-1]], dims, ndim)
+        outer = term if outer is None else outer + term  # int64 tensor + tensor: exact (measured)
+    high = outer // _LOW_WORDS
+    if inner == len(vectors):
+        return high.to(flow.int32)
+    # rest < 2**31 - 1: it carries where rest >= 2**32 - low word, never where that is 2**31 - 1 or more
+    threshold = flow.clamp((high * _LOW_WORDS - outer) + _LOW_WORDS, max=2 ** 31 - 1).to(flow.int32)
+    rest = _index_sum(vectors[inner:], strides, ndim)
+    return HighWords(high.to(flow.int32), rest >= threshold)
 
 
 # ---- whole tensors (global ops, or one local tensor) ---------------------------------------------
@@ -120,7 +184,11 @@ def _high_words(vectors, strides, ndim):
 def replicated(sbp):
     """``sbp`` with partial-sum axes as broadcast: every part of a partial sum covers the whole tensor, as a
     replica does, so it is drawn (and indexed) like one."""
-    return [flow.sbp.broadcast if s == flow.sbp.partial_sum else s for s in sbp]
+    out = list(sbp)
+    for axis, s in enumerate(out):  # (a loop, not a comprehension: every eager mask asks)
+        if s == flow.sbp.partial_sum:
+            out[axis] = flow.sbp.broadcast
+    return out
 
 
 def _split_dims(ndim, placement, sbp):
@@ -170,18 +238,10 @@ def keyed_index(shape, keys, placement=None, sbp=None, device=None, rows=None):
             vector = rows.positions(vector, shape[0])
         sizes = [shape[d] for d in group]
         vectors.append((group, vector if len(group) == 1 else vector.reshape(sizes)))
-    C, a = keys[0], keys[1]
-    if len(vectors) == 1:
-        x0 = (_times_key(vectors[0][1], C, strides[groups[0][-1]]) - a).reshape(shape)
-    else:
-        layout = dict(placement=placement, sbp=sbp) if placement is not None else dict(device=device)
-        x0 = flow.zeros(shape, dtype=flow.int32, **layout)
-        for group, vector in vectors:  # x0 - (positions * -C * stride): exact ops only
-            x0 = x0 - _view(_times_key(vector, C, -strides[group[-1]]), group, len(shape))
-        x0 = x0 - a
+    vectors = [(group, vector, 0) for group, vector in vectors]
+    x0 = _index_sum(vectors, strides, len(shape), keys[0], keys[1])
     large = int(np.prod(virtual, dtype=np.int64)) >= _LOW_WORDS
-    hi = _high_words([(g, v, 0) for g, v in vectors], strides, len(shape)) if large else None
-    return x0, hi
+    return x0, (_high_words(vectors, strides, virtual) if large else None)
 
 
 # ---- this rank's slice, from local ops ------------------------------------------------------------
@@ -198,8 +258,9 @@ def _box_runs(shape, lo, hi):
     return runs
 
 
-def _slice_index(shape, lo, hi, keys, device):
-    """``(x0, hi words)`` of the box ``[lo, hi)`` of a tensor of ``shape`` (int keys).
+def _slice_index(shape, lo, hi, keys, device, high_words=True):
+    """``(x0, hi words)`` of the box ``[lo, hi)`` of a tensor of ``shape`` (int keys; ``high_words`` False: no
+    high words, for a caller that knows them constant).
 
     Each run's elements are consecutive multiples of its last dim's stride, starting at the
     flat position of its first element: one ``arange`` per run."""
@@ -211,18 +272,9 @@ def _slice_index(shape, lo, hi, keys, device):
         size = int(np.prod([local_shape[d] for d in run], dtype=np.int64))
         vector = _arange(size, device=device).reshape([local_shape[d] for d in run])
         vectors.append((run, vector, lo[run[0]] * strides[run[0]] // strides[run[-1]]))
-    if len(vectors) == 1:
-        run, vector, first = vectors[0]
-        x0 = (_times_key(vector, C, strides[run[-1]]) + to_signed(C * first * strides[run[-1]] - a))
-        x0 = x0.reshape(local_shape)
-    else:
-        x0 = flow.zeros(local_shape, dtype=flow.int32, device=device)
-        for run, vector, first in vectors:
-            term = _times_key(vector, C, -strides[run[-1]]) + to_signed(-C * first * strides[run[-1]])
-            x0 = x0 - _view(term, run, len(shape))
-        x0 = x0 - a
-    large = int(np.prod(shape, dtype=np.int64)) >= _LOW_WORDS
-    return x0, (_high_words(vectors, strides, len(shape)) if large else None)
+    x0 = _index_sum(vectors, strides, len(shape), C, a)
+    large = high_words and int(np.prod(shape, dtype=np.int64)) >= _LOW_WORDS
+    return x0, (_high_words(vectors, strides, shape) if large else None)
 
 
 def slice_terms(shape, lo, hi, rows=None):
@@ -253,15 +305,15 @@ def mask_terms(matrix, lo, hi, rows=None):
     return terms + [np.arange(lo[-1], hi[-1], dtype=np.int64)]
 
 
-def keyed_slice(shape, lo, hi, keys, device=None, rows=None):
+def keyed_slice(shape, lo, hi, keys, device=None, rows=None, high_words=True):
     """``(x0, hi words)`` of this rank's box ``[lo, hi)`` of a global tensor of ``shape`` (``rows``: dim 0
-    numbered by its place in the step)."""
+    numbered by its place in the step; ``high_words`` False: hi None, for a caller that knows them constant)."""
     shape, lo, hi = tuple(int(s) for s in shape), [int(v) for v in lo], [int(v) for v in hi]
     if not shape:
         x0, high = keyed_index((1,), keys, device=device)
         return x0.reshape(()), high
     if rows is None:
-        return _slice_index(shape, lo, hi, keys, device)
+        return _slice_index(shape, lo, hi, keys, device, high_words)
     virtual = (shape[0] * rows.micro_batches,) + shape[1:]
     offset = rows.offset(shape[0])
-    return _slice_index(virtual, [lo[0] + offset] + lo[1:], [hi[0] + offset] + hi[1:], keys, device)
+    return _slice_index(virtual, [lo[0] + offset] + lo[1:], [hi[0] + offset] + hi[1:], keys, device, high_words)

@@ -16,9 +16,8 @@ rank that holds it:
   for values; ``forward_draws.Draw.local_box`` for local tensors under data parallelism;
 * the global-op path (``counter_rng.counter_bits`` with a placement: what ``nn.Graph`` traces
   and what re-draws initial weights) runs ``global_index.keyed_index`` on a window of the rank's
-  local positions: OneFlow's part (the rank's slice of each split ``arange``, a local ``zeros``)
-  is played by the simulator, every index computation is libai_ext's.  Unsplit neighbours the path
-  merges into one index group stay merged where the window covers them whole (dims of up to
+  local positions: OneFlow's part (the rank's slice of each split ``arange``) is played by the
+  simulator, every index computation is libai_ext's.  Unsplit neighbours the path merges into one index group stay merged where the window covers them whole (dims of up to
   ``SMALL_DIM``: Swin's 49 x 49 windows, drop-path's (b, 1, 1)); larger ones are windowed one dim at a
   time (the same flat index).  1-D tensors go to the eager paths only (their global ``reshape`` has no
   window).
@@ -30,19 +29,30 @@ Under gradient accumulation a micro-batch's rows are numbered by their place in 
 (micro-batch ``m`` of ``S`` global rows is positions ``[m * S, (m + 1) * S)`` of the step on every
 layout): the reference is the 1-rank draw of the whole step's batch.
 
-``mutate`` injects one fault into the rank path (``MUTATIONS``); a run must then find a difference.
+Whole boxes, first: the model again at reduced widths (``reduced_model``), every position of every rank's box
+through the eager paths, the int-op path cut by ``counter_rng``'s own chunking at sizes that cross every chunk
+boundary, the last chunk partial (``chunk_limits``), its allocation pre-filled with the reference's complement
+(``poisoned``: a position no chunk writes differs); masks then through the chunked apply step (forward and
+backward), and the whole tensor through OneFlow's own global ops on a one-rank placement of the layout's sbp and
+inside an ``nn.Graph`` with the apply step (``Simulation.check_global_ops``).
+
+``mutate`` injects one fault into the rank path or into a box's assembly from chunks (``MUTATIONS``); a run must
+then find a difference, and stops at the first.
 """
 import contextlib
 import dataclasses
 import itertools
 import time
+import warnings
 import zlib
 from unittest import mock
 
 import numpy as np
 import oneflow as flow
 
+from ..compat.vocab_padding import round_up
 from ..random import counter_rng, counter_spec, forward_draws, global_index, param_init
+from ..random.layers import stochastic
 from ..random.counter_spec import MASK32
 
 SEED = 1234
@@ -54,6 +64,11 @@ MUTATIONS = {
     "stride": "every stride computed from a row one element short",
     "axis": "the placement's hierarchy axes swapped (a rank reads its tp coordinate as its dp one)",
     "truncate32": "every flat index truncated to its low 32 bits",
+    # faults in assembling a rank's box from chunks: only the whole-box check (reduced widths) sees them
+    "chunk-last": "the int-op path's last chunk of a box left out (its positions never written)",
+    "chunk-offset": "every chunk after a box's first hashes the row before its own (an off-by-one chunk offset)",
+    "chunk-swap": "the first two neighbouring chunks of one size written at each other's rows",
+    "apply-last": "the eager apply step's last, partial chunk left out (forward and backward)",
 }
 
 
@@ -92,10 +107,20 @@ MODELS = {
 }
 
 
-def padded_vocab(vocab, tp, divisible_by=128):
-    """LiBai's padded vocabulary: a multiple of ``make_vocab_size_divisible_by x tp``."""
-    multiple = divisible_by * tp
-    return -(-vocab // multiple) * multiple
+def reduced_model(model, layout):
+    """``model`` at widths where one host computes every rank's box of every draw whole (``Simulation``'s
+    whole-box phase): one row of a micro-batch per data-parallel rank, 2 heads per tensor-parallel rank, 5 tokens
+    (an odd number of columns: the last word's low half unused), hidden ``2 tp + 3``; the layers and rates
+    stay the model's."""
+    hidden = 2 * layout.tp + 3
+    window = 4 if model.window_tokens else 0
+    return dataclasses.replace(model, name=f"{model.name}, reduced", hidden=hidden, heads=2 * layout.tp,
+                               tokens=2 * window if window else 5, ffn=4 * hidden, vocab=min(model.vocab, 50),
+                               global_batch=layout.dp * layout.micro_batches, window_tokens=window)
+
+
+# Sites given with --site are also checked whole up to this many elements (a micro-batch's).
+WHOLE_ELEMENTS = 2 ** 16
 
 
 # ---- the layout LiBai builds -----------------------------------------------------------------------
@@ -199,7 +224,7 @@ def model_sites(model, layout):
         sites.append(Site("local flow.rand under dp", "values", (micro, t), (S(0), B), (0,),
                           "model:rand@mae.py:2(random_masking)", rows=True, local_dp=True, graph=False))
     if model.vocab:
-        vocab = padded_vocab(model.vocab, layout.tp)
+        vocab = round_up(model.vocab, 128 * layout.tp)  # LiBai's make_vocab_size_divisible_by (128) x tp
         sites.append(Site("init word embedding", "values", (vocab, h), (B, S(0)), (0,),
                           "model.embeddings.word_embeddings.weight"))
         sites.append(Site("init position embedding", "values", (t, h), (B, B), (0,),
@@ -286,16 +311,6 @@ def simulated_environment():
         return flow.tensor(placement.window[d], dtype=flow.int32 if size < 2 ** 31 else flow.int64,
                            device=_device[0])
 
-    class OneFlowPart:  # global_index's ``flow``: a local ``zeros`` of the window for a simulated placement
-        def __getattr__(self, name):
-            return getattr(flow, name)
-
-        @staticmethod
-        def zeros(shape, dtype=None, placement=None, sbp=None, **kwargs):
-            if isinstance(placement, SimulatedPlacement):
-                return flow.zeros([len(w) for w in placement.window], dtype=dtype, device=_device[0])
-            return flow.zeros(shape, dtype=dtype, placement=placement, sbp=sbp, **kwargs)
-
     def groups(ndim, alone):
         """The path's groups where the window covers a merged group whole, else its dims one by one."""
         window, shape = _current_window[0]
@@ -309,7 +324,6 @@ def simulated_environment():
 
     with mock.patch.object(flow.env, "get_rank", get_rank), \
             mock.patch.object(global_index, "_group_vector", group_vector), \
-            mock.patch.object(global_index, "flow", OneFlowPart()), \
             mock.patch.object(global_index, "_dim_groups", groups):
         yield
 
@@ -346,6 +360,19 @@ def mutation(kind):
                 return hierarchy, None
             return tuple(reversed(hierarchy)), tuple(reversed(coordinates))
         patches = [mock.patch.object(global_index, "placement_coordinates", placement_coordinates)]
+    elif kind.startswith("chunk-"):
+        real_chunks = counter_rng.mask_chunks
+
+        def mask_chunks(lo, hi, hashed, limit):
+            return _mutated_chunks(kind, list(lo), real_chunks(lo, hi, hashed, limit))
+        patches = [mock.patch.object(counter_rng, "mask_chunks", mask_chunks)]
+    elif kind == "apply-last":
+        real_apply = stochastic.apply_chunks
+
+        def apply_chunks(elements, chunk):
+            parts = real_apply(elements, chunk)
+            return parts[:-1] if len(parts) > 1 and parts[-1].stop - parts[-1].start < chunk else parts
+        patches = [mock.patch.object(stochastic, "apply_chunks", apply_chunks)]
     else:  # truncate32
         real_slice, real_mask = global_index.slice_terms, global_index.mask_terms
 
@@ -358,6 +385,31 @@ def mutation(kind):
         for patch in patches:
             stack.enter_context(patch)
         yield
+
+
+def _mutated_chunks(kind, lo, chunks):
+    if len(chunks) < 2:
+        return chunks
+    if kind == "chunk-last":
+        return chunks[:-1]
+    if kind == "chunk-swap":  # the first two neighbours of one size
+        def size(chunk):
+            return [b - a for a, b in zip(chunk.row_lo, chunk.row_hi)] + [chunk.stop - chunk.first]
+        i = next((i for i in range(len(chunks) - 1) if size(chunks[i]) == size(chunks[i + 1])), None)
+        if i is None:
+            return chunks
+        first, second = chunks[i:i + 2]
+        return chunks[:i] + [first._replace(at=second.at), second._replace(at=first.at)] + chunks[i + 2:]
+    out = chunks[:1]  # chunk-offset: the hashed rows one early along the dim the chunk advanced, written in place
+    for chunk in chunks[1:]:
+        dim = next((d for d, (a, b) in enumerate(zip(chunk.row_lo, lo)) if a > b), None)
+        if dim is None:
+            out.append(chunk)
+            continue
+        shift = [int(d == dim) for d in range(len(lo))]
+        out.append(chunk._replace(row_lo=tuple(a - s for a, s in zip(chunk.row_lo, shift)),
+                                  row_hi=tuple(b - s for b, s in zip(chunk.row_hi, shift))))
+    return out
 
 
 # ---- the reference: the 1-rank draw ---------------------------------------------------------------------
@@ -531,11 +583,80 @@ def _window(sizes, rng):
 SMALL_DIM = 64
 
 
-class Simulation:
-    """One run: a layout, its sites, an optional mutation; ``run()`` returns the report lines and findings."""
+_unmutated_chunks = counter_rng.mask_chunks  # the plan as the runtime makes it, whatever ``mutation`` injects
 
-    def __init__(self, layout, sites, mutate=None, seed=0):
+
+def chunk_limits(shape, lo, hi, within_rows=True):
+    """Chunk sizes (words) at which ``counter_rng``'s int-op path assembles the mask box ``[lo, hi)`` from
+    several launches, found by its own ``mask_chunks``: the largest cutting the rows into three chunks or more, the
+    last one partial; and (``within_rows``), where a row holds several words, the largest cutting each row's
+    words, the last range partial (a launch per row and range; real rows never exceed a chunk).  ``{limit: chunks}``."""
+    matrix, lo, hi, _ = counter_rng._as_matrix(shape, lo, hi)
+    _, _, hashed = counter_rng._column_halves(matrix[-1], lo[-1], hi[-1])
+    width = hashed[1] - hashed[0]
+    total = int(np.prod([b - a for a, b in zip(lo[:-1], hi[:-1])], dtype=np.int64)) * width
+    limits = {}
+    for parts in range(3, 65):
+        limit = max(width, total // parts)
+        chunks = _unmutated_chunks(lo[:-1], hi[:-1], hashed, limit)
+        sizes = [int(np.prod([b - a for a, b in zip(c.row_lo, c.row_hi)])) for c in chunks]
+        if len(chunks) >= 3 and sizes[-1] < sizes[0]:
+            limits[limit] = len(chunks)
+            break
+    limit = next((w for w in range(width - 1, 0, -1) if width % w), None) if within_rows else None
+    if limit is not None:
+        limits[limit] = len(_unmutated_chunks(lo[:-1], hi[:-1], hashed, limit))
+    return limits
+
+
+def apply_limit(elements):
+    """An apply-chunk size cutting ``elements`` into two launches or more, the last one partial (None: too few)."""
+    return next((c for c in range(max(1, elements // 3), elements) if elements % c), None)
+
+
+@contextlib.contextmanager
+def chunked(mask_words=None, apply_elements=None):
+    """The eager int-op path cut into chunks of ``mask_words`` words, the apply step into ``apply_elements``."""
+    with contextlib.ExitStack() as stack:
+        if mask_words:
+            stack.enter_context(mock.patch.dict(counter_rng.CHUNK_WORDS, dict.fromkeys(counter_rng.CHUNK_WORDS,
+                                                                                          mask_words)))
+        if apply_elements:
+            stack.enter_context(mock.patch.dict(stochastic.APPLY_CHUNK, dict.fromkeys(stochastic.APPLY_CHUNK,
+                                                                                        apply_elements)))
+        yield
+
+
+@contextlib.contextmanager
+def poisoned(mask=None):
+    """``flow.empty`` of a bool tensor of ``mask``'s size pre-filled with ``~mask`` and ``flow.empty_like`` of a
+    float tensor with NaN: a position no chunk writes then differs from the reference, whatever memory held."""
+    real_empty, real_empty_like = flow.empty, flow.empty_like
+
+    def empty(*args, **kwargs):
+        out = real_empty(*args, **kwargs)
+        if mask is not None and out.dtype == flow.bool and out.numel() == mask.size and not out.is_global:
+            out[...] = flow.tensor(~mask.reshape(tuple(out.shape)), device=out.device)
+        return out
+
+    def empty_like(x, *args, **kwargs):
+        out = real_empty_like(x, *args, **kwargs)
+        if out.is_floating_point():
+            (out.to_local() if out.is_global else out)[...] = float("nan")
+        return out
+    with mock.patch.object(flow, "empty", empty), mock.patch.object(flow, "empty_like", empty_like):
+        yield
+
+
+class Simulation:
+    """One run: a layout, its sites, an optional mutation; ``run()`` returns the report lines and findings.
+    ``whole_sites``: sites (at reduced widths) whose every rank's box is checked whole, before the sampled
+    check of ``sites`` at full size.  A mutated run stops at its first difference."""
+
+    def __init__(self, layout, sites, mutate=None, seed=0, whole_sites=()):
         self.layout, self.sites, self.mutate, self.seed = layout, sites, mutate, seed
+        self.whole_sites = list(whole_sites)
+        self.chunks = 0  # launches of the chunked paths the whole-box phase ran
 
     def _compare(self, got, expected, first_global, path, context):
         """The first differing position (global coordinates), or None."""
@@ -604,6 +725,97 @@ class Simulation:
                     return found, count
         return None, count
 
+    def check_whole_box(self, site, box, true_box, micro, rank):
+        """Every position of the rank's box through its eager paths: the int-op path at the chunk sizes of
+        ``chunk_limits`` (each allocation poisoned: ``poisoned``; rows cut into words on the boxes of the first
+        data-parallel rank), then, for masks, the chunked apply step forward and backward.  ``(finding or None,
+        positions compared)``."""
+        layout, keys, shape = self.layout, site_keys(site), tuple(site.shape)
+        rows = rows_of(site, layout, micro)
+        sizes, true_sizes = [b - a for a, b in zip(*box)], [b - a for a, b in zip(*true_box)]
+        if sizes != true_sizes:
+            return ("shard_box", tuple(box[0]), f"box of {sizes}", f"box of {true_sizes}"), 0
+        coords = np.ix_(*[np.arange(a, b, dtype=np.int64) for a, b in zip(*true_box)])
+        expected = reference(site, layout, keys, micro, list(coords))
+        lo, hi = list(box[0]), list(box[1])
+
+        def where(w):
+            return tuple(t + i for t, i in zip(true_box[0], w))
+        count = 0
+        for path, compute in self._eager(site).items():
+            limits = chunk_limits(shape, lo, hi, within_rows=self.coordinates(rank)[1] == 0) if site.kind == "mask" and "int32" in path \
+                else {None: 1}
+            for limit, chunks in limits.items():
+                with chunked(limit), poisoned(expected if site.kind == "mask" else None):
+                    if site.local_dp:
+                        whole, la, lb, local_rows = self._local_box(site, micro, rank, lo, hi)
+                        got = compute(whole, la, lb, keys, local_rows)
+                    else:
+                        got = compute(shape, lo, hi, keys, rows)
+                self.chunks += chunks if limit else 0
+                count += expected.size
+                name = path if limit is None else f"{path} in {chunks} chunks of <= {limit} words"
+                found = self._compare(got, expected, true_box[0], name, where)
+                if found:
+                    return found, count
+        if site.kind == "mask":
+            found = self._check_apply(site, expected, where)
+            count += 2 * expected.size
+            if found:
+                return found, count
+        return None, count
+
+    def _check_apply(self, site, keep, where):
+        """``stochastic.apply_keep`` of the reference mask, in chunks of ``apply_limit``, forward and backward."""
+        scale = stochastic.dropout_scale(site.rate)
+        n = keep.size
+        x = (np.arange(n, dtype=np.float32) % 13 + 1).reshape(keep.shape)
+        dy = (np.arange(n, dtype=np.float32) % 7 - 3.5).reshape(keep.shape)
+        m = keep.astype(np.float32) * np.float32(scale)
+        limit = apply_limit(n)
+        x_tensor = flow.tensor(x, device=_device[0], requires_grad=True)
+        with chunked(apply_elements=limit), poisoned():
+            y = stochastic.apply_keep(x_tensor, flow.tensor(keep, device=_device[0]), scale)
+            y.backward(flow.tensor(dy, device=_device[0]))
+        self.chunks += len(stochastic.apply_chunks(n, limit or n))
+        name = f"eager apply in {len(stochastic.apply_chunks(n, limit or n))} chunks"
+        return (self._compare(y.numpy(), x * m, where((0,) * keep.ndim), f"{name}, forward", where)
+                or self._compare(x_tensor.grad.numpy(), dy * m, where((0,) * keep.ndim), f"{name}, backward", where))
+
+    def check_global_ops(self, site, micro):
+        """The whole tensor through OneFlow's own global ops (what ``nn.Graph`` traces) on a one-rank placement of
+        the layout's hierarchy and sbp; a mask also inside an ``nn.Graph`` with its apply step.  Outside the
+        simulated environment: OneFlow computes every index here.  ``(finding or None, positions compared)``."""
+        layout, keys, shape = self.layout, site_keys(site), tuple(site.shape)
+        rows = rows_of(site, layout, micro)
+        sbp = oneflow_sbp(layout.nd_sbp(site.sbp))
+        placement = flow.placement("cpu", np.zeros([1] * len(sbp), dtype=np.int64).tolist())
+        expected = reference(site, layout, keys, micro, [c for c in np.ix_(*[np.arange(n, dtype=np.int64)
+                                                                               for n in shape])])
+
+        def where(w):
+            return tuple(int(i) for i in w)
+        if site.kind == "values":
+            got = counter_rng.counter_bits(shape, keys, placement, sbp, rows=rows).to_local().numpy().view(np.uint32)
+            return self._compare(got, expected, (0,) * len(shape), "OneFlow global ops (1 rank)", where), expected.size
+        got = counter_rng.keep_mask(shape, site.rate, keys, placement, sbp, rows=rows).to_local().numpy()
+        found = self._compare(got, expected, (0,) * len(shape), "OneFlow global ops (1 rank): mask", where)
+        if found:
+            return found, expected.size
+        scale = stochastic.dropout_scale(site.rate)
+        x = (np.arange(expected.size, dtype=np.float32) % 13 + 1).reshape(expected.shape)
+
+        class Drop(flow.nn.Graph):
+            def build(self, x):
+                return stochastic.apply_keep(x, counter_rng.keep_mask(shape, site.rate, keys, placement, sbp,
+                                                                      rows=rows), scale)
+        with warnings.catch_warnings():  # OneFlow's notes on constants traced in the graph
+            warnings.simplefilter("ignore", UserWarning)
+            y = Drop()(flow.tensor(x, placement=placement, sbp=sbp)).to_local().numpy()
+        m = expected.astype(np.float32) * np.float32(scale)
+        return (self._compare(y, x * m, (0,) * len(shape), "nn.Graph (1 rank): mask applied", where),
+                2 * expected.size)
+
     def _check_words(self, site, shape, sbp, ranks, rank, window, keys, rows, micro):
         """Masks through the global-op path: the words a rank hashes (its columns' words), against the spec."""
         matrix, columns = _mask_matrix(shape)
@@ -649,25 +861,50 @@ class Simulation:
     def run(self, out=print):
         layout = self.layout
         findings, lines = [], []
-        with simulated_environment(), mutation(self.mutate):
-            for site in self.sites:
-                started = time.perf_counter()
-                finding, positions, ranks_checked, boxes = self._run_site(site)
+        runs = [(site, True) for site in self.whole_sites] + [(site, False) for site in self.sites]
+        with mutation(self.mutate):
+            for site, whole in runs:
+                started, self.chunks = time.perf_counter(), 0
+                with simulated_environment():
+                    finding, positions, ranks_checked, boxes = self._run_site(site, whole)
+                if whole and finding is None and site.graph and len(site.shape) >= 2:
+                    finding, more = self._global_ops(site)
+                    positions += more
                 status = "OK" if finding is None else "FAIL"
-                line = (f"{status} {site.name} {site.kind} {'x'.join(map(str, site.virtual_shape(layout)))} "
-                        f"sbp {self._sbp_text(site)} stages {list(site.stages)}: {ranks_checked} ranks, {boxes} "
-                        f"boxes, {positions} positions compared over all ranks ({time.perf_counter() - started:.1f} s)")
+                shape = f"{site.kind} {'x'.join(map(str, site.virtual_shape(layout)))} sbp {self._sbp_text(site)}"
+                if whole:
+                    line = (f"whole {status} {site.name} {shape}: {ranks_checked} ranks, {boxes} boxes whole, "
+                            f"{self.chunks} chunks, {positions} positions compared "
+                            f"({time.perf_counter() - started:.1f} s)")
+                else:
+                    line = (f"{status} {site.name} {shape} stages {list(site.stages)}: {ranks_checked} ranks, {boxes} "
+                            f"boxes, {positions} positions compared over all ranks "
+                            f"({time.perf_counter() - started:.1f} s)")
                 out(line)
                 lines.append(line)
                 if finding is not None:
                     out(str(finding))
                     findings.append(finding)
+                    if self.mutate:
+                        break
         return lines, findings
+
+    def _global_ops(self, site):
+        """``check_global_ops`` at the first and last micro-batch, as a ``Finding``."""
+        count = 0
+        for micro in sorted({0, self.layout.micro_batches - 1}) if site.rows else [0]:
+            found, n = self.check_global_ops(site, micro)
+            count += n
+            if found:
+                path, position, got, expected = found
+                where = (f"micro-batch {micro}",) + tuple(position) if site.rows else tuple(position)
+                return Finding(site.name, 0, (0, 0, 0), path, where, got, expected), count
+        return None, count
 
     def _sbp_text(self, site):
         return "[" + ", ".join("B" if s == B else f"S({s[1]})" for s in self.layout.nd_sbp(site.sbp)) + "]"
 
-    def _run_site(self, site):
+    def _run_site(self, site, whole=False):
         layout = self.layout
         shape = tuple(site.shape)
         sbp = layout.nd_sbp(site.sbp)
@@ -675,12 +912,14 @@ class Simulation:
         if site.local_dp:  # a local tensor: every rank its dp block of rows, no placement split
             sbp = [S(0)] + [B] * (len(sbp) - 1) if layout.dp > 1 and layout.tp > 1 else ([S(0)] if layout.dp > 1
                                                                                         else [B])
-        points = boundary_points(site, layout)
+        points = [] if whole else boundary_points(site, layout)
         by_micro = {}
         for micro, point in points:
             by_micro.setdefault(micro, []).append(point)
         by_micro = {m: np.array(p, dtype=np.int64) for m, p in by_micro.items()}
-        micros = sorted({0, layout.micro_batches - 1}) if site.rows else [0]
+        # whole boxes: the last micro-batch alone (its rows numbered past the step's first micro-batch)
+        micros = [layout.micro_batches - 1] if whole and site.rows else \
+            sorted({0, layout.micro_batches - 1}) if site.rows else [0]
         # The values a rank computes depend on its box and the micro-batch alone (the rank path after
         # shard_box is a function of them): ranks of other stages or replicas with the same box share one check.
         cache, positions, ranks_checked = {}, 0, 0
@@ -707,7 +946,8 @@ class Simulation:
                         key = (tuple(box[0]), tuple(box[1]), tuple(true_box[0]), micro,
                                None if job is None else tuple(job))
                         if key not in cache:
-                            cache[key] = self.check_box(site, ranks, rank, box, true_box, micro, job)
+                            cache[key] = self.check_whole_box(site, box, true_box, micro, rank) if whole else \
+                                self.check_box(site, ranks, rank, box, true_box, micro, job)
                         found, n = cache[key]
                         positions += n
                         if found is not None:
@@ -742,17 +982,22 @@ def parse_layout(text, micro_batches):
     return Layout(dp, tp, pp, micro_batches)
 
 
-def simulate(layout, model=None, sites=(), mutate=None, out=print, device="cpu"):
+def simulate(layout, model=None, sites=(), mutate=None, out=print, device="cpu", whole_boxes=True):
     """Run the simulation; returns ``(lines, findings)``.  ``device``: where the int32-op and global-op paths
-    run (the host kernel and the host's values run on the CPU)."""
+    run (the host kernel and the host's values run on the CPU).  ``whole_boxes``: first every rank's whole box
+    at reduced widths (``reduced_model``; a ``--site`` of up to ``WHOLE_ELEMENTS`` elements at its own)."""
     all_sites = (model_sites(model, layout) if model is not None else []) + list(sites)
-    for site in all_sites:
+    whole_sites = []
+    if whole_boxes:
+        whole_sites = (model_sites(reduced_model(model, layout), layout) if model is not None else []) + \
+            [site for site in sites if int(np.prod(site.shape, dtype=np.int64)) <= WHOLE_ELEMENTS]
+    for site in all_sites + whole_sites:
         if site.stages is None:
             site.stages = tuple(range(layout.pp))
         if site.rows and site.shape[0] % layout.dp:
             raise ValueError(f"site {site.name}: dim 0 ({site.shape[0]}) is not divisible by dp {layout.dp}")
     _device[0] = device
     try:
-        return Simulation(layout, all_sites, mutate).run(out)
+        return Simulation(layout, all_sites, mutate, whole_sites=whole_sites).run(out)
     finally:
         _device[0] = "cpu"

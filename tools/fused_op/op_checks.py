@@ -25,7 +25,12 @@ def train_step(op, x):
             return op(x * self.w).sum()
 
     model = Model()
-    optimizer = flow.optim.SGD(model.parameters(), lr=1.0)
+    train_graph(model, flow.optim.SGD(model.parameters(), lr=1.0))(x)
+    return model.w.to_global(sbp=flow.sbp.broadcast).to_local().numpy()
+
+
+def train_graph(model, optimizer):
+    """A train ``nn.Graph``: ``loss = model(x)``, its backward and ``optimizer``'s step."""
 
     class Train(flow.nn.Graph):
         def __init__(self):
@@ -38,5 +43,4 @@ def train_step(op, x):
             loss.backward()
             return loss
 
-    Train()(x)
-    return model.w.to_global(sbp=flow.sbp.broadcast).to_local().numpy()
+    return Train()
