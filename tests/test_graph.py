@@ -232,6 +232,23 @@ def test_data_x_tensor_parallel_graph_is_refused_on_8_cpu_ranks(repo_root, tmp_p
     assert_refused_without_hang(result, "train.dist.data_parallel_size=2 and train.dist.tensor_parallel_size=2")
 
 
+@cpu_only
+def test_a_sliced_column_parallel_bias_is_refused_before_the_first_step(tmp_path):
+    """tp2: a column-parallel output with a bias, sliced along its split axis (ChatGLM's ``query_key_value``), aborts
+    every rank of OneFlow 0.9.0 at the first step of a CPU train graph (tools/repro/graph_column_bias_cpu.py, stock
+    on both LiBai lines); the plugin's train graphs refuse it on every rank, naming the module and the config keys.
+    Without its bias the layer trains (what LiBai's zoo, Llama, MAE and SimCSE do on tp2 graphs: no refusal there,
+    tests/test_graph_libai.py and tests/test_libai_projects.py)."""
+    result = launch(rank_script("graph_split_bias.py"), 2, ["--tp", "2"], timeout=LAUNCH_TIMEOUT,
+                    workdir=str(tmp_path / "logs"))
+    for rank, records in records_of_every_rank(result, count=2).items():
+        refused, trained = records
+        assert refused["bias"] and refused["outcome"] == "refused", (rank, refused)
+        for words in ("query_key_value", "graph.enabled=False", "train.dist.tensor_parallel_size=2", "section 38"):
+            assert words in refused["message"], (rank, words, refused["message"])
+        assert not trained["bias"] and trained["outcome"] == "trained", (rank, trained)
+
+
 def test_check_graph_options():
     from libai_ext.engine.graph import GraphConfigError, check_graph_options
 

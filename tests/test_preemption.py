@@ -17,7 +17,7 @@ evaluation (its batches are agreed on one by one).
   commit its checkpoint, log it and exit with 143.
 * Long tier, chained (each launch resumes the previous one's commit):
   - pp2: SIGTERM during a periodic save (it commits; the ranks stop after the next step and
-    commit that); during an evaluation (cut short; its step's periodic checkpoint is the one); a
+    commit that; rank 0 outlives rank 1, which lingers after that commit); during an evaluation (cut short; its step's periodic checkpoint is the one); a
     grace period too short for the save (the save stalls: both ranks end at its end with 124,
     nothing under the new name, the last commit stays); then a resume to the end.
   - dp2: SIGTERM to the ranks only (``srun`` signals its tasks; the launcher stays until a rank
@@ -33,8 +33,9 @@ import pytest
 from demo_runs import ITERS, NPROC, checkpoint, digits, new_losses, read_text, train_args, train_net
 from libai_ext.checkpoint.files import MANIFEST
 from libai_ext.lifetime.preemption_signals import EXIT_GRACE_EXPIRED, EXIT_PREEMPTED
-from libai_ext.testing.fault_injection import SIGNAL_AT_ENV, SIGNAL_MESSAGE, STALL_AT_ENV, STALL_MESSAGE, kill_at
-from libai_ext.testing.reaped_job import ReapedJob
+from libai_ext.testing.fault_injection import SIGNAL_AT_ENV, SIGNAL_MESSAGE, STALL_AT_ENV, STALL_MESSAGE, STALL_S_ENV, \
+    kill_at
+from reaped_job import ReapedJob
 
 PERIOD = 3  # periodic checkpoints after iterations 2, 5, 8 and 11
 SLACK_S = 10.0
@@ -42,6 +43,7 @@ GRACE_S = 25.0  # train.preemption.grace_s's default
 # Too short for the save, which stalls, but long enough for the step the ranks finish before it on a busy host.
 SHORT_GRACE_S = 20.0
 JOB_TIMEOUT_S = 600
+LINGER_S = 4.0
 
 
 class Run:
@@ -131,8 +133,11 @@ def injected(**actions):
 @pytest.fixture(scope="module")
 def pp2_chain(repo_root, tmp_path_factory, demo_reference):
     workdir, data = tmp_path_factory.mktemp("preemption-pp2"), digits(tmp_path_factory)
+    # Rank 1 lingers after the preemption's commit: rank 0 (OneFlow's control server) must outlive it.
     runs = {"during_save": Run(repo_root, data, workdir, "pp2", "during_save",
-                               env=injected(signal=(0, "mid_weights", checkpoint(2))))}
+                               env=dict(injected(signal=(0, "mid_weights", checkpoint(2)),
+                                                 stall=(1, "after_commit", checkpoint(3))),
+                                        **{STALL_S_ENV: str(LINGER_S)}))}
     runs["during_eval"] = Run(repo_root, data, workdir, "pp2", "during_eval", resume=True,
                               seen=runs["during_save"].seen,
                               extra=["train.evaluation.enabled=True", "train.evaluation.eval_period=6"],
@@ -154,6 +159,8 @@ def test_sigterm_during_a_periodic_save_lets_it_commit_then_stops_after_the_next
     assert f"committed checkpoint {run.output}/{checkpoint(2)} " in run.rank_logs[0]
     assert_preempted(run, 3)
     assert run.job.exit_codes() == {0: EXIT_PREEMPTED, 1: EXIT_PREEMPTED}
+    # Ended at once, rank 0 left LINGER_S before rank 1 (a rank still waiting on a barrier's answer then aborts).
+    assert run.job.ended_s[0] > run.job.ended_s[1] - LINGER_S / 2, run.job.ended_s
     assert_on_reference(run, reference)
 
 

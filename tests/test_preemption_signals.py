@@ -27,7 +27,7 @@ from omegaconf import OmegaConf
 from conftest import rank_script
 from libai_ext.lifetime.preemption import preemption_settings
 from libai_ext.lifetime.preemption_signals import ECHO_WINDOW_S, EXIT_GRACE_EXPIRED, EXIT_INTERRUPTED, EXIT_PREEMPTED
-from libai_ext.testing.reaped_job import ReapedJob
+from reaped_job import ReapedJob
 
 SLACK_S = 5.0  # scheduling delays on a loaded host: how late an end may come, never how early
 START_TIMEOUT_S = 120

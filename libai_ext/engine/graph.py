@@ -28,8 +28,9 @@ from oneflow.nn.graph import GraphModule
 
 from libai.utils import distributed as dist
 
-from ..compat import cpu_graph_shared_params, layout
+from ..compat import cpu_graph_shared_params, layout, patching
 from ..random.draws import current_step
+from ..random.modes import layer_seed
 from ..random.layers import graph_calls
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,10 @@ def check_graph_options(fp16=False, zero_optim=False, grad_acc_steps=1, data_par
       separated_header_mem_ptr() == nullptr`` from ``EpollCommNet::SendActorMsg``).  Which
       jobs hit it depends on the boxing the compiler picks (the demo mixer at its real size
       does; toy sizes may not), so these layouts are refused as a whole.
+    * Tensor parallelism: a column-parallel layer's bias whose gradient reaches it broadcast or partial (its
+      output sliced along the split axis, as ChatGLM's ``query_key_value``) aborts the same way
+      (docs/upstream-bugs.md §38); the compiled job shows it, and ``refuse_split_bias_gradients`` refuses it
+      before the first step.
     """
     cuda = flow.cuda.is_available() if cuda is None else cuda
     if isinstance(grad_acc_steps, bool) or not isinstance(grad_acc_steps, int) or grad_acc_steps < 1:
@@ -104,6 +109,61 @@ def check_graph_config(cfg, layout_set_up=True):
         warn_of_cpu_gradient_accumulation(grad_acc_steps, cuda)
 
 
+def _sbp_names(nd_sbp):
+    """``nd_sbp`` (a proto) as OneFlow's short names, one per hierarchy axis: "S(1)", "B", "P"."""
+    names = []
+    for sbp in nd_sbp.sbp_parallel:
+        kind = sbp.WhichOneof("parallel_type")
+        names.append(f"S({sbp.split_parallel.axis})" if kind == "split_parallel" else
+                     {"broadcast_parallel": "B", "partial_sum_parallel": "P"}.get(kind, str(kind)))
+    return names
+
+
+def split_bias_gradients(job):
+    """``[(op, sbp made, sbp taken)]`` of a compiled job (``graph._compiled_job_proto``): every bias gradient (a
+    ``reduce_sum_like`` output) that an op takes split along a hierarchy axis where it was made broadcast or partial."""
+    signatures = job.job_parallel_view_conf.op_name2nd_sbp_signature_conf
+    made = {}
+    for op in job.net.op:
+        if op.WhichOneof("op_type") == "user_conf" and op.user_conf.op_type_name == "reduce_sum_like" and \
+                op.name in signatures and "y_0" in signatures[op.name].bn_in_op2nd_sbp:
+            made[op.user_conf.output["y"].s[0]] = (op.name, _sbp_names(signatures[op.name].bn_in_op2nd_sbp["y_0"]))
+    found = []
+    for op in job.net.op:
+        if op.WhichOneof("op_type") != "user_conf" or op.name not in signatures:
+            continue
+        for key, names in op.user_conf.input.items():
+            for i, lbn in enumerate(names.s):
+                taken = signatures[op.name].bn_in_op2nd_sbp.get(f"{key}_{i}")
+                if lbn not in made or taken is None:
+                    continue
+                producer, came = made[lbn]
+                taken = _sbp_names(taken)
+                if any(t != c and t.startswith("S") for c, t in zip(came, taken)):
+                    found.append((producer, ",".join(came), ",".join(taken)))
+    return found
+
+
+def refuse_split_bias_gradients(graph):
+    """Refuse a compiled CPU train graph under tensor parallelism before its first step if a bias gradient is split
+    there after being made broadcast or partial: OneFlow 0.9.0's CPU transport aborts every rank at that step
+    (``register.cpp:75``, docs/upstream-bugs.md §38).  Under data parallelism alone the same change (a partial
+    sum over the data-parallel ranks, split) trains: MAE's and SimCSE's graphs on dp2."""
+    if dist.get_dist_util().tensor_parallel_size == 1:
+        return
+    found = split_bias_gradients(graph._compiled_job_proto)
+    if found:
+        modules = sorted({producer.split("-", 1)[0] for producer, _, _ in found})
+        raise GraphConfigError(
+            f"graph.enabled=True on CPU ranks with train.dist.tensor_parallel_size="
+            f"{dist.get_dist_util().tensor_parallel_size}: the bias gradients of {', '.join(modules[:4])}"
+            f"{f' and {len(modules) - 4} more' if len(modules) > 4 else ''} reach their split bias "
+            f"{found[0][1]} -> {found[0][2]} (a column-parallel output sliced along its split axis), which aborts "
+            "every rank of OneFlow 0.9.0 at the first step (register.cpp:75 in the CPU transport; libai_ext's "
+            "docs/upstream-bugs.md section 38). Train this model in eager mode (graph.enabled=False) on "
+            "tensor-parallel layouts, or in graph mode without tensor parallelism.")
+
+
 def warn_of_cpu_gradient_accumulation(grad_acc_steps, cuda):
     """OneFlow 0.9.0's CPU train graphs with gradient accumulation now and then compute a wrong gradient
     (docs/upstream-bugs.md §32).  Warned, not refused: most steps are right, a wrong one is a few percent off in
@@ -125,12 +185,8 @@ def placement_is_cuda(placement=None):
 
 def layer_stages():
     """``{ranks tuple: (stage_id, placement)}`` for every pipeline stage of LiBai's layout."""
-    stages = {}
-    # LiBai's own layer -> stage table: uniform on 0.1.1, middle-heavy or custom on main.
-    for layer_idx, stage_id in enumerate(layout.layer_stage_ids()):
-        placement = dist.get_layer_placement(layer_idx)
-        stages.setdefault(tuple(placement.ranks.flatten().tolist()), (stage_id, placement))
-    return stages
+    return {tuple(placement.ranks.flatten().tolist()): (stage_id, placement)
+            for stage_id, placement in layout.stage_placements().items()}
 
 
 def layer_idx_of(module):
@@ -186,29 +242,6 @@ def outermost_layer_modules(proxy):
     for child in proxy._modules.values():
         found += outermost_layer_modules(child)
     return found
-
-
-def graph_module_settings(graph):
-    """``{module name: {"stage": id, "checkpointing": True}}`` for the modules of ``graph.model`` with any.
-
-    The root model is named ``""``; children as in ``named_modules()``.  For logs and tests.
-    """
-    table = {}
-
-    def walk(proxy, name):
-        block = proxy.to(GraphModule)
-        entry = {}
-        if block.stage_id is not None:
-            entry["stage"] = block.stage_id
-        if block.activation_checkpointing:
-            entry["checkpointing"] = True
-        if entry:
-            table[name] = entry
-        for child_name, child in proxy._modules.items():
-            walk(child, f"{name}.{child_name}" if name else child_name)
-
-    walk(graph.model, "")
-    return table
 
 
 def _get(conf, key, default):
@@ -272,9 +305,13 @@ class StepFedGraph:
             return super().__call__(*args, **kwargs)
         calls = self.__dict__.get(_CALLS, 0)
         step = current_step()
-        step = calls if step is None else step.step
-        step_input = graph_calls.step_input(step, micro_batches(self), dist.get_layer_placement(0).type)
-        outputs = super().__call__(*args, **kwargs, **{graph_calls.STEP_INPUT: step_input})
+        seed, step = (layer_seed(), calls) if step is None else (step.seed, step.step)
+        device = dist.get_layer_placement(0).type
+        kwargs[graph_calls.STEP_INPUT] = graph_calls.step_input(seed, step, micro_batches(self), device)
+        if not self._is_compiled and device == "cpu":  # compiled and checked here; nn.Graph runs it
+            self._compile(*args, **kwargs)
+            refuse_split_bias_gradients(self)
+        outputs = super().__call__(*args, **kwargs)
         self.__dict__[_CALLS] = calls + 1
         return outputs
 
@@ -299,14 +336,15 @@ def step_fed_class(graph_class):
 def feed_step(graph):
     """Make ``graph`` (any ``nn.Graph``, not yet called) take the step at every train call; returns it.
 
-    Its class becomes ``step_fed_class(type(graph))``: nothing else about it changes.
+    Its class becomes ``step_fed_class(type(graph))`` (patch ``step_fed_graph``): nothing else about it changes.
     """
     if isinstance(graph, StepFedGraph):
         return graph
     if graph._is_compiled:
         raise RuntimeError(f"{type(graph).__name__} was traced already: feed_step(graph) must come before its "
                            "first call")
-    graph.__class__ = step_fed_class(type(graph))
+    patching.replace(graph, "__class__", step_fed_class(type(graph)), patching.DECLARED["step_fed_graph"].why,
+                     patch="step_fed_graph")
     return graph
 
 

@@ -21,7 +21,6 @@ committed checkpoint stays the resume point, and the rank ends with ``EXIT_GRACE
 """
 import contextlib
 import logging
-import os
 
 from libai.config import try_get_key
 from libai.engine.hooks import HookBase
@@ -89,6 +88,7 @@ class PreemptionHook(HookBase):
         logger.warning(f"preempted ({why}): every rank stopped after iteration {iteration}; checkpoint {path} is "
                        f"committed{' (the periodic save of this iteration)' if reused else ''}; exiting with code "
                        f"{EXIT_PREEMPTED}: continue with --resume")
+        self.watcher.ignore_from_now_on()
         raise Preempted(path, iteration)
 
     def _signalled_before(self):

@@ -33,9 +33,8 @@ import signal
 import threading
 import time
 
-from .launcher import (
-    DISABLE_ENV, change_undone, is_oneflow_launcher, process_argv, record_change, set_parent_death_signal,
-)
+from ..compat import patching
+from .launcher import DISABLE_ENV, is_oneflow_launcher, process_argv, set_parent_death_signal
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +92,7 @@ def _register_fork_hook():
     if not _fork_hook_registered:
         os.register_at_fork(after_in_child=_forget_in_child)
         _fork_hook_registered = True
-    record_change("fork_hook", "os.register_at_fork(after_in_child)", lambda: None)
+    patching.process_change("fork_hook", "os.register_at_fork(after_in_child)", lambda: None)
 
 
 def _name(sig):
@@ -212,6 +211,14 @@ class PreemptionWatcher:
         with self._lock:
             self.committed = checkpoint
 
+    def ignore_from_now_on(self):
+        """The rank is ending with ``EXIT_PREEMPTED`` through OneFlow's exit (main thread): the signals watched are
+        ignored from here, since late in that exit Python resets their handlers to the default action, which
+        would end the rank with the signal instead (a launcher's end arriving then: exit code -40)."""
+        if self._armed and threading.current_thread() is threading.main_thread():
+            for sig in self._previous:
+                signal.signal(sig, signal.SIG_IGN)
+
     # --- arming --------------------------------------------------------------------------
 
     def arm(self):
@@ -237,7 +244,7 @@ class PreemptionWatcher:
         self._armed = True
         _ARMED = self
         _register_fork_hook()
-        record_change("preemption_signals", SIGNALS_TARGET, self.disarm)
+        patching.process_change("preemption_signals", SIGNALS_TARGET, self.disarm)
         self._thread = threading.Thread(target=self._read_signals, name="libai_ext-preemption", daemon=True)
         self._thread.start()
         if self._tied:
@@ -263,7 +270,7 @@ class PreemptionWatcher:
         for fd in self._pipe:
             os.close(fd)
         _ARMED = None
-        change_undone(SIGNALS_TARGET)
+        patching.released(SIGNALS_TARGET)
         if self._tied and os.getppid() != self.launcher:
             self._kill_now("its launcher ended")
 

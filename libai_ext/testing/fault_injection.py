@@ -14,7 +14,8 @@ Two more actions take the same value, at those phases or at two points of a trai
 
 * ``LIBAI_EXT_SIGNAL_AT``: the rank sends SIGTERM to its process group (its launcher and every
   rank of this host), as a scheduler does;
-* ``LIBAI_EXT_STALL_AT``: the rank sleeps (an hour) as a save on a slow filesystem would.
+* ``LIBAI_EXT_STALL_AT``: the rank sleeps (an hour, or ``LIBAI_EXT_STALL_S`` seconds) as a save on a
+  slow filesystem would.
 
 ``before_agreement``: the step is done, its hooks ran, the ranks have not yet agreed whether to
 stop (``libai_ext.lifetime.preemption``); ``mid_evaluation``: the evaluation after the step has
@@ -23,8 +24,8 @@ evaluated one batch.  A ``<target>`` of ``*`` acts at that phase of any checkpoi
 ``CommittedCheckpointer`` and the preemption code call ``libai_ext.lifetime.fault_points.fault_point`` at each
 phase, which does nothing until this module is installed there as the hook (``install()``).  A rank
 runs with it as ``python fault_injection.py SCRIPT ARGS...`` (the script then runs as ``__main__``);
-``multirank.launch`` and ``ReapedJob`` start ranks that way when the environment holds one of the
-variables (``with_fault_hook``).  The rank prints one line before it acts, so a test can tell the
+``multirank.launch`` and the tests' ``ReapedJob`` (``tests/reaped_job.py``) start ranks that way when the
+environment holds one of the variables (``with_fault_hook``).  The rank prints one line before it acts, so a test can tell the
 action happened where it asked.
 """
 import contextlib
@@ -45,6 +46,7 @@ KILL_MESSAGE = "fault injection: SIGKILL"
 SIGNAL_MESSAGE = "fault injection: SIGTERM to the process group from"
 STALL_MESSAGE = "fault injection: stall of"
 STALL_S = 3600
+STALL_S_ENV = "LIBAI_EXT_STALL_S"
 _ACTIONS = {KILL_AT_ENV: PHASES, SIGNAL_AT_ENV: PHASES + TRAINING_PHASES, STALL_AT_ENV: PHASES + TRAINING_PHASES}
 
 
@@ -55,8 +57,8 @@ def kill_at(rank, phase, checkpoint):
     return f"{int(rank)}:{phase}:{checkpoint}"
 
 
-def _target(env_name, environ=None):
-    value = (os.environ if environ is None else environ).get(env_name)
+def _target(env_name):
+    value = os.environ.get(env_name)
     if not value:
         return None
     rank, phase, checkpoint = (value.split(":", 2) + ["", ""])[:3]
@@ -87,7 +89,7 @@ def _act(env_name, phase, checkpoint):
         os.killpg(os.getpgrp(), signal.SIGTERM)
     else:
         _say(f"{STALL_MESSAGE} rank {rank} at {phase} of {checkpoint}")
-        time.sleep(STALL_S)
+        time.sleep(float(os.environ.get(STALL_S_ENV, STALL_S)))
 
 
 def fault_point(phase, checkpoint):

@@ -12,6 +12,30 @@ def layout(dp=1, tp=1, pp=1, layers=None):
     return dist
 
 
+def launch_on_two_ranks(script, *args, timeout=120):
+    """``(exit code, output)`` of ``script --rank args...`` on 2 CPU ranks under OneFlow's launcher; on a timeout the
+    launcher and every rank it started are killed and the code is "timeout"."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    command = [sys.executable, "-m", "oneflow.distributed.launch", "--nproc_per_node", "2",
+               "--master_port", str(29000 + os.getpid() % 1000), os.path.abspath(script), "--rank", *args]
+    with tempfile.TemporaryFile("w+") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                   env=dict(os.environ, CUDA_VISIBLE_DEVICES=""), start_new_session=True)
+        try:
+            code = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            code = "timeout"
+        out.seek(0)
+        return code, out.read()
+
+
 def verdict(reproduced, what):
     print(("REPRODUCED: " if reproduced else "NOT REPRODUCED: ") + what, flush=True)
 

@@ -10,11 +10,7 @@ from `EpollCommNet::SendActorMsg`).  The same model with the weight copied on it
 (`flow._C.identity(w).to_global(...)`, what `libai_ext.compat.cpu_graph_shared_params` does while a
 graph traces) trains.
 """
-import os
-import signal
-import subprocess
 import sys
-import tempfile
 
 COPY = "--copy"
 
@@ -57,31 +53,13 @@ def rank_main(copy):
     print("STEP DONE", float(value), flush=True)
 
 
-def launch(copy):
-    """``(exit code, output)`` of this script on 2 CPU ranks."""
-    args = [sys.executable, "-m", "oneflow.distributed.launch", "--nproc_per_node", "2",
-            "--master_port", str(29000 + os.getpid() % 1000), os.path.abspath(__file__), "--rank"]
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-    with tempfile.TemporaryFile("w+") as out:
-        process = subprocess.Popen(args + ([COPY] if copy else []), stdout=out, stderr=subprocess.STDOUT, env=env,
-                                   start_new_session=True)
-        try:
-            code = process.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)  # the launcher and every rank it started
-            process.wait()
-            code = "timeout"
-        out.seek(0)
-        return code, out.read()
-
-
 def main():
     import oneflow as flow
 
-    from _common import verdict
+    from _common import launch_on_two_ranks, verdict
 
-    plain_code, plain = launch(copy=False)
-    copy_code, copied = launch(copy=True)
+    plain_code, plain = launch_on_two_ranks(__file__)
+    copy_code, copied = launch_on_two_ranks(__file__, COPY)
     aborted = "separated_header_mem_ptr() == nullptr" in plain
     detail = (f"tied parameter across stages: exit {plain_code}" + (" (register.cpp:75 separated_header_mem_ptr() "
               "== nullptr)" if aborted else "") + f"; copied on its own stage first: exit {copy_code}"
