@@ -1,6 +1,6 @@
-"""LiBai main's projects (MoCo v3, MAE, SimCSE, Llama, ChatGLM) as shipped, for the tests: their folders taken from
-an archive of LiBai main at the pinned commit, the user's adoption of the plugin written into a copy of each script,
-the data they read, and the command-line overrides that size them for CPU ranks.
+"""LiBai main's projects (MoCo v3, MAE, SimCSE, Llama, ChatGLM, Qwen, Baichuan) as shipped, for the tests: their
+folders taken from an archive of LiBai main at the pinned commit, the user's adoption of the plugin written into a
+copy of each script, the data they read, and the command-line overrides that size them for CPU ranks.
 
 The adoption is what docs/usage.md shows a project's script changing, and nothing else: the base class of the
 project's trainer becomes ``libai_ext.ConsistentBatchTrainer``, ``libai_ext.apply_patches()`` comes before LiBai's
@@ -26,6 +26,9 @@ downloads: ``write_llama_data`` writes a small HuggingFace-format Llama, a Sente
 samples from the same English text.  ChatGLM's SFT the same way (``projects.ChatGLM``, ``libai.inference``):
 ``write_chatglm_data`` writes a small HuggingFace-format ChatGLM3, its SentencePiece tokenizer and SFT samples in
 its JSON format, and its config reads their folders from ``DATA_DIR`` and ``CHATGLM_HF_DIR`` (``chatglm_env``).
+Qwen's SFT the same way: ``write_qwen_data`` writes a small HuggingFace-format Qwen2, GPT-2 style ``vocab.json`` and
+``merges.txt``, and Alpaca-format samples.  Baichuan's SFT runs LiBai's ``tools/train_net.py`` from a LiBai checkout
+holding ``projects/Baichuan`` (as its readme does), on ``write_llama_data``'s tokenizer and samples.
 
 The projects import torch at module level for their PyTorch checkpoint converters, which these runs never call;
 ``tests/project_stubs/torch`` stands in for that import (any use of it raises).
@@ -37,7 +40,7 @@ import tarfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCH_STAND_IN = os.path.join(ROOT, "tests", "project_stubs")
-PROJECTS = ("MOCOV3", "MAE", "SimCSE", "Llama", "ChatGLM")
+PROJECTS = ("MOCOV3", "MAE", "SimCSE", "Llama", "ChatGLM", "Qwen", "Baichuan")
 
 # project: (its script, the adoption's edits of that script, the stock repairs: {file: edits})
 IMPORT = ("from libai.utils.checkpoint import Checkpointer\n",
@@ -56,6 +59,13 @@ LIBAI_SEEDING = ("    seed_for_rank = cfg.train.seed + flow.env.get_rank()\n"
                  "    random.seed(seed_for_rank)\n")
 LLAMA_SCRIPT = "projects/Llama/train_net.py"
 CHATGLM_SCRIPT = "projects/ChatGLM/train_net.py"
+QWEN_SCRIPT = "projects/Qwen/train_net.py"
+LIBAI_SCRIPT_ADOPTION = [  # LiBai's own tools/train_net.py: its trainer is DefaultTrainer itself
+    IMPORT,
+    ("    trainer = DefaultTrainer(cfg)\n", "    trainer = libai_ext.ConsistentBatchTrainer(cfg)\n"),
+    APPLY_PATCHES,
+    (LIBAI_SEEDING, "    libai_ext.seed_from_config(cfg)\n"),
+]
 SCRIPTS = {
     "MOCOV3": ("pretrain_net.py", [
         IMPORT,
@@ -69,12 +79,7 @@ SCRIPTS = {
         APPLY_PATCHES,
         (MAE_SEEDING, "    libai_ext.seed_from_config(cfg)\n"),
     ]),
-    "SimCSE": ("tools/train_net.py", [  # LiBai's own script: its trainer is DefaultTrainer itself
-        IMPORT,
-        ("    trainer = DefaultTrainer(cfg)\n", "    trainer = libai_ext.ConsistentBatchTrainer(cfg)\n"),
-        APPLY_PATCHES,
-        (LIBAI_SEEDING, "    libai_ext.seed_from_config(cfg)\n"),
-    ]),
+    "SimCSE": ("tools/train_net.py", LIBAI_SCRIPT_ADOPTION),
     "Llama": (LLAMA_SCRIPT, [
         IMPORT,
         ("class LlamaTrainer(DefaultTrainer):", "class LlamaTrainer(libai_ext.ConsistentBatchTrainer):"),
@@ -87,6 +92,14 @@ SCRIPTS = {
         APPLY_PATCHES,
         (MAE_SEEDING, "    libai_ext.seed_from_config(cfg)\n"),  # MAE's too
     ]),
+    "Qwen": (QWEN_SCRIPT, [
+        IMPORT,
+        ("class Qwen2Trainer(DefaultTrainer):", "class Qwen2Trainer(libai_ext.ConsistentBatchTrainer):"),
+        APPLY_PATCHES,
+        (MAE_SEEDING, "    libai_ext.seed_from_config(cfg)\n"),  # MAE's too
+    ]),
+    # Baichuan has no script of its own: its readme runs LiBai's tools/train_net.py from a LiBai checkout
+    "Baichuan": ("tools/train_net.py", LIBAI_SCRIPT_ADOPTION),
 }
 STOCK_REPAIRS = {
     "MOCOV3": {"pretrain_net.py": [IMPORT, APPLY_PATCHES], "trainer/moco_trainer.py": [
@@ -99,8 +112,11 @@ STOCK_REPAIRS = {
     "SimCSE": {"tools/train_net.py": [IMPORT, APPLY_PATCHES]},
     "Llama": {LLAMA_SCRIPT: [IMPORT, APPLY_PATCHES, ("    flow.cuda.manual_seed(seed_for_rank)\n", "")]},
     "ChatGLM": {CHATGLM_SCRIPT: [IMPORT, APPLY_PATCHES, ("    flow.cuda.manual_seed(seed_for_rank)\n", "")]},
+    "Qwen": {QWEN_SCRIPT: [IMPORT, APPLY_PATCHES, ("    flow.cuda.manual_seed(seed_for_rank)\n", "")]},
+    "Baichuan": {"tools/train_net.py": [IMPORT, APPLY_PATCHES]},
 }
 ADOPTED_SUFFIX = "_libai_ext.py"
+LLM_PROJECTS = ("Llama", "ChatGLM", "Qwen", "Baichuan")  # run from a LiBai checkout (``make_libai_checkout``)
 
 
 def projects_archive():
@@ -125,7 +141,7 @@ def extract_projects(dest):
     from conftest import copy_from_libai_source
 
     folders = {project: os.path.join(dest, project) for project in PROJECTS}
-    checkout = {project: os.path.join(project, "projects", project) for project in ("SimCSE", "Llama", "ChatGLM")}
+    checkout = {project: os.path.join(project, "projects", project) for project in PROJECTS[2:]}
     with tarfile.open(projects_archive()) as archive:
         for member in archive.getmembers():
             parts = member.name.split("/")
@@ -133,8 +149,9 @@ def extract_projects(dest):
                 member.name = os.path.join(checkout.get(parts[2], parts[2]), *parts[3:])
                 archive.extract(member, dest)
     copy_from_libai_source(folders["SimCSE"], lambda parts: parts[0] == "configs" or parts == ["tools", "train_net.py"])
-    make_libai_checkout(folders["Llama"])
-    make_libai_checkout(folders["ChatGLM"])
+    copy_from_libai_source(folders["Baichuan"], lambda parts: parts == ["tools", "train_net.py"])
+    for project in LLM_PROJECTS:
+        make_libai_checkout(folders[project])
     for project in PROJECTS:
         assert os.path.isfile(os.path.join(folders[project], SCRIPTS[project][0])), (project, dest)
     return folders
@@ -191,12 +208,13 @@ def write_simcse_data(text_root, dest, sentences=200, pairs=20):
 
 
 def make_libai_checkout(folder):
-    """Make ``folder`` (holding ``projects/Llama`` or ``projects/ChatGLM``) a LiBai main checkout as ``pip install -e .`` leaves one: LiBai
-    main's ``libai/`` (with ``libai/inference``, which pip's install from the archive lacks) and ``configs/`` from its
-    source, plus what setup.py makes there: ``libai/config/configs`` (a link to ``configs/``, which LiBai's
-    ``get_config`` reads), ``libai/version.py`` and the compiled dataset helpers, copied from the installed LiBai.  Not the helpers' Makefile: LiBai's start-up would run it, and its ``python3`` is whatever the
-    host's PATH names (libai_ext's ``compile_step`` repair skips the step where no Makefile is, as after pip's
-    install).  Every run of a launch that holds a Llama or ChatGLM run imports LiBai from here (``libai_checkout``)."""
+    """Make ``folder`` (holding one of ``LLM_PROJECTS``) a LiBai main checkout as ``pip install -e .`` leaves one:
+    LiBai main's ``libai/`` (with ``libai/inference``, which pip's install from the archive lacks) and ``configs/``
+    from its source, plus what setup.py makes there: ``libai/config/configs`` (a link to ``configs/``, which LiBai's
+    ``get_config`` reads), ``libai/version.py`` and the compiled dataset helpers, copied from the installed LiBai.
+    Not the helpers' Makefile: LiBai's start-up would run it, and its ``python3`` is whatever the host's PATH names
+    (libai_ext's ``compile_step`` repair skips the step where no Makefile is, as after pip's install).  Every run of
+    a launch that holds an LLM project's run imports LiBai from here (``libai_checkout``)."""
     import glob
 
     import libai
@@ -227,39 +245,62 @@ LLAMA_GLOBAL_BATCH = 16
 LLAMA_ACCUMULATION = 8  # llama_sft.py's
 
 
-def write_llama_tokenizer(text_root, dest, vocab_size=LLAMA["vocab_size"]):
-    """A SentencePiece BPE model of ``vocab_size`` pieces (Llama's and ChatGLM's ids: <unk> 0, <s> 1, </s> 2) trained
-    on the real English sentences of ``libai_ext.data.text_data`` at ``text_root``: ``dest``/tokenizer.model."""
-    import sentencepiece as spm
+LLAMA_CONFIG = dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_act="silu", bos_token_id=1,
+                    eos_token_id=2, tie_word_embeddings=False)
+# Qwen's checkpoint: Llama's sizes in Qwen2's layout (biases on the q, k and v projections), and the vocabulary of
+# GPT-2's byte-level BPE files of libai_ext.data.text_data (1024 entries, the last <|endoftext|>: Qwen's end of text)
+QWEN = dict(LLAMA, vocab_size=1024)
+QWEN_CONFIG = dict(architectures=["Qwen2ForCausalLM"], model_type="qwen2", hidden_act="silu", num_key_value_heads=4,
+                   rope_theta=10000.0, bos_token_id=1023, eos_token_id=1023, tie_word_embeddings=False)
+QWEN_ACCUMULATION = 1  # qwen_sft.py's
+# Baichuan's runs build the model from the config (LiBai's tools/train_net.py loads no checkpoint): Llama's sizes, on
+# Llama's tokenizer and samples (Baichuan's data_prepare.py encodes them as Llama's prepare_alpaca.py does)
+BAICHUAN = dict(hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128, vocab_size=128,
+                max_position_embeddings=64)
+BAICHUAN_ACCUMULATION = 8  # baichuan_sft.py's
 
+
+def read_sentences(text_root):
+    """The real English sentences of ``libai_ext.data.text_data`` at ``text_root``."""
     from libai_ext.data.text_data import FILES
 
     with open(os.path.join(text_root, FILES["sentences"])) as f:
-        sentences = [json.loads(line)["text"] for line in f]
+        return [json.loads(line)["text"] for line in f]
+
+
+def write_llama_tokenizer(text_root, dest, vocab_size=LLAMA["vocab_size"]):
+    """A SentencePiece BPE model of ``vocab_size`` pieces (Llama's and ChatGLM's ids: <unk> 0, <s> 1, </s> 2) trained
+    on ``read_sentences(text_root)``: ``dest``/tokenizer.model."""
+    import sentencepiece as spm
+
+    sentences = read_sentences(text_root)
     spm.SentencePieceTrainer.train(sentence_iterator=iter(sentences), model_prefix=os.path.join(dest, "tokenizer"),
                                    vocab_size=vocab_size, model_type="bpe", character_coverage=1.0,
                                    num_threads=1, minloglevel=2)
     return sentences, spm.SentencePieceProcessor(model_file=os.path.join(dest, "tokenizer.model"))
 
 
-def write_llama_checkpoint(dest, seed=0):
-    """A HuggingFace-format Llama in ``dest``: ``config.json`` and ``model.safetensors`` (HF's key names), weights
-    drawn from a fixed numpy seed with 10 times config.json's ``initializer_range`` (norm weights around 1): loaded,
-    they give a first loss of about 6.4, where weights drawn by LiBai's own initialisation give about ln(128) = 4.85
+def write_llama_checkpoint(dest, seed=0, sizes=LLAMA, config=LLAMA_CONFIG, qkv_bias=False):
+    """A HuggingFace-format Llama in ``dest``: ``config.json`` (``sizes`` and ``config``) and ``model.safetensors``
+    (HF's key names; ``qkv_bias``: with the q, k and v projections' biases, as Qwen2's), weights drawn from a fixed
+    numpy seed with 10 times config.json's ``initializer_range`` (norm weights around 1): loaded, they give a first
+    loss of about 6.4, where weights drawn by LiBai's own initialisation give about ln(128) = 4.85
     (tests/test_libai_projects.py checks it)."""
     import numpy as np
     from safetensors.numpy import save_file
 
     rng = np.random.RandomState(seed)
-    hidden, inner, vocab = LLAMA["hidden_size"], LLAMA["intermediate_size"], LLAMA["vocab_size"]
+    hidden, inner, vocab = sizes["hidden_size"], sizes["intermediate_size"], sizes["vocab_size"]
 
-    def normal(*shape, mean=0.0, std=10 * LLAMA["initializer_range"]):
+    def normal(*shape, mean=0.0, std=10 * sizes["initializer_range"]):
         return (mean + std * rng.standard_normal(shape)).astype(np.float32)
 
     weights = {"model.embed_tokens.weight": normal(vocab, hidden)}
-    for n in range(LLAMA["num_hidden_layers"]):
+    for n in range(sizes["num_hidden_layers"]):
         layer = f"model.layers.{n}."
         weights.update({layer + f"self_attn.{p}_proj.weight": normal(hidden, hidden) for p in "qkvo"})
+        if qkv_bias:
+            weights.update({layer + f"self_attn.{p}_proj.bias": normal(hidden) for p in "qkv"})
         weights.update({layer + "mlp.gate_proj.weight": normal(inner, hidden), layer + "mlp.up_proj.weight":
                         normal(inner, hidden), layer + "mlp.down_proj.weight": normal(hidden, inner)})
         weights.update({layer + f"{norm}.weight": normal(hidden, mean=1.0, std=0.1)
@@ -267,20 +308,20 @@ def write_llama_checkpoint(dest, seed=0):
     weights.update({"model.norm.weight": normal(hidden, mean=1.0, std=0.1), "lm_head.weight": normal(vocab, hidden)})
     save_file(weights, os.path.join(dest, "model.safetensors"))
     with open(os.path.join(dest, "config.json"), "w") as f:
-        json.dump(dict(LLAMA, architectures=["LlamaForCausalLM"], model_type="llama", hidden_act="silu",
-                       bos_token_id=1, eos_token_id=2, tie_word_embeddings=False), f, indent=1)
+        json.dump(dict(sizes, **config), f, indent=1)
     return dest
 
 
-def alpaca_sample(tokens, prompt, response):
+def alpaca_sample(prompt, response):
     """One sample as Llama's ``utils/prepare_alpaca.py`` (``prepare_sample``, ``mask_inputs`` as shipped) encodes it,
-    from token ids: ``<s>`` prompt response ``</s>``, cut or padded to ``LLAMA_SEQUENCE + 1`` tokens, labels -1 on
-    the prompt and the padding, inputs 0 on the padding, then shifted by one."""
+    from token ids (Llama's: ``<s>`` prompt, response ``</s>``; Qwen's ``prepare_alpaca.py`` adds neither): prompt
+    and response cut or padded to ``LLAMA_SEQUENCE + 1`` tokens, labels -1 on the prompt and the padding, inputs 0
+    on the padding, then shifted by one."""
     import oneflow as flow
 
-    example = ([tokens.bos_id()] + prompt + response + [tokens.eos_id()])[:LLAMA_SEQUENCE + 1]
+    example = (prompt + response)[:LLAMA_SEQUENCE + 1]
     example += [-1] * (LLAMA_SEQUENCE + 1 - len(example))
-    labels = ([-1] * (1 + len(prompt)) + example[1 + len(prompt):])[:LLAMA_SEQUENCE + 1]
+    labels = ([-1] * len(prompt) + example[len(prompt):])[:LLAMA_SEQUENCE + 1]
     inputs = [max(token, 0) for token in example]
     return {"input_ids": flow.tensor(inputs[:-1], dtype=flow.long), "labels": flow.tensor(labels[1:], dtype=flow.long)}
 
@@ -292,40 +333,87 @@ def write_llama_data(text_root, dest, train=200, test=16):
     consecutive real sentences, prompts shorter than 32 tokens, without
     prepare_alpaca.py's prompt template, which alone takes more than 64 tokens of
     a 128-piece vocabulary: samples hold different numbers of masked and padding tokens, as Alpaca's do."""
-    import oneflow as flow
-
     checkpoint = os.path.join(dest, "checkpoint")
     os.makedirs(checkpoint, exist_ok=True)
     sentences, tokens = write_llama_tokenizer(text_root, checkpoint)
     write_llama_checkpoint(checkpoint)
-    words = [sentence.split() for sentence in sentences]
-    pairs = [(tokens.encode(" ".join(words[2 * n][:2 + n % 4])), tokens.encode(" ".join(words[2 * n + 1][:2 + 3 * n % 11])))
-             for n in range(len(words) // 2)]
-    pairs = [(prompt, response) for prompt, response in pairs if len(prompt) < LLAMA_SEQUENCE // 2][:train + test]
-    samples = [alpaca_sample(tokens, prompt, response) for prompt, response in pairs]
-    os.makedirs(os.path.join(dest, "alpaca_data"), exist_ok=True)
-    flow.save(samples[:train], os.path.join(dest, "alpaca_data", "train"))
-    flow.save(samples[train:], os.path.join(dest, "alpaca_data", "test"))
+    write_alpaca_samples(sentences, tokens.encode, [tokens.bos_id()], [tokens.eos_id()], dest, train, test)
     return dest
 
 
-def llama_overrides(data, iters, dp=1, tp=1, pp=1, graph=None, accumulation=None):
-    """Llama's SFT sized for CPU ranks on ``write_llama_data``'s folder: the model's sizes come from the checkpoint's
-    config.json (``LLAMA``), global batch 16 in ``accumulation`` micro-batches (8, as llama_sft.py ships; graph
-    runs take 1, as MAE's do), activation checkpointing as shipped, ``iters`` optimizer steps."""
+def write_qwen_data(text_root, dest, train=200, test=16):
+    """Qwen's SFT inputs under ``dest``: ``checkpoint/`` (``write_llama_checkpoint`` in Qwen2's layout, ``QWEN``,
+    and GPT-2's byte-level BPE files of ``text_root`` as ``vocab.json`` and ``merges.txt``, which ``Qwen2Tokenizer``
+    reads) and ``alpaca_data/{train,test}`` as ``QwenDataset`` reads them, from the same sentences as
+    ``write_llama_data``'s, encoded by LiBai's ``GPT2Tokenizer`` over those files (Qwen's tokenizer is GPT-2's with
+    another pre-tokenisation pattern: ids of the same vocabulary)."""
+    from libai.tokenizer import GPT2Tokenizer
+
+    from libai_ext.data.text_data import FILES
+
+    checkpoint = os.path.join(dest, "checkpoint")
+    os.makedirs(checkpoint, exist_ok=True)
+    files = {name: shutil.copy(os.path.join(text_root, FILES[f"gpt2_{name}"]),
+                               os.path.join(checkpoint, f"{name}.{ext}"))
+             for name, ext in (("vocab", "json"), ("merges", "txt"))}
+    with open(files["vocab"]) as f:
+        vocab = json.load(f)
+    if len(vocab) != QWEN["vocab_size"] or vocab["<|endoftext|>"] != QWEN_CONFIG["eos_token_id"]:
+        raise AssertionError(f"{files['vocab']}: {len(vocab)} entries, <|endoftext|> "
+                             f"{vocab.get('<|endoftext|>')}; QWEN expects {QWEN['vocab_size']} and "
+                             f"{QWEN_CONFIG['eos_token_id']}")
+    write_llama_checkpoint(checkpoint, sizes=QWEN, config=QWEN_CONFIG, qkv_bias=True)
+    tokens = GPT2Tokenizer(vocab_file=files["vocab"], merges_file=files["merges"])
+    write_alpaca_samples(read_sentences(text_root), tokens.encode, [], [], dest, train, test)
+    return dest
+
+
+def write_alpaca_samples(sentences, encode, bos, eos, dest, train, test):
+    """``dest``/alpaca_data/{train,test}: ``alpaca_sample``s of ``bos`` prompt, response ``eos`` (see
+    ``write_llama_data``) encoded by ``encode``."""
+    import oneflow as flow
+
+    words = [sentence.split() for sentence in sentences]
+    pairs = [(encode(" ".join(words[2 * n][:2 + n % 4])), encode(" ".join(words[2 * n + 1][:2 + 3 * n % 11])))
+             for n in range(len(words) // 2)]
+    pairs = [(prompt, response) for prompt, response in pairs if len(prompt) < LLAMA_SEQUENCE // 2][:train + test]
+    samples = [alpaca_sample(bos + prompt, response + eos) for prompt, response in pairs]
+    os.makedirs(os.path.join(dest, "alpaca_data"), exist_ok=True)
+    flow.save(samples[:train], os.path.join(dest, "alpaca_data", "train"))
+    flow.save(samples[train:], os.path.join(dest, "alpaca_data", "test"))
+
+
+ALPACA_ACCUMULATION = {"Llama": LLAMA_ACCUMULATION, "Qwen": QWEN_ACCUMULATION, "Baichuan": BAICHUAN_ACCUMULATION}
+
+
+def alpaca_sft_overrides(project, data, iters, dp=1, tp=1, pp=1, graph=None, accumulation=None):
+    """Llama's, Qwen's or Baichuan's SFT sized for CPU ranks on ``write_llama_data``'s folder (Qwen:
+    ``write_qwen_data``'s): the model's sizes come from the checkpoint's config.json (``LLAMA``, ``QWEN``; Baichuan,
+    which loads no checkpoint: ``BAICHUAN``), global batch 16 in ``accumulation`` micro-batches (as the config ships,
+    ``ALPACA_ACCUMULATION``; graph runs take 1, as MAE's do), activation checkpointing as shipped, ``iters``
+    optimizer steps."""
     if accumulation is None:
-        accumulation = 1 if graph else LLAMA_ACCUMULATION
+        accumulation = 1 if graph else ALPACA_ACCUMULATION[project]
     checkpoint = os.path.join(data, "checkpoint")
-    tokenizer = os.path.join(checkpoint, "tokenizer.model")
+    if project == "Qwen":
+        tokenizer = dict(vocab_file=os.path.join(checkpoint, "vocab.json"),
+                         merges_file=os.path.join(checkpoint, "merges.txt"))
+    else:
+        tokenizer = dict(pretrained_model_path=os.path.join(checkpoint, "tokenizer.model"))
+    if project == "Baichuan":
+        model = [f"model.cfg.{k}={v}" for k, v in BAICHUAN.items()]
+    else:
+        model = [f"model.cfg.pretrained_model_path={checkpoint}"]
     sizes = run_sizes(dp, tp, pp, LLAMA["num_hidden_layers"], LLAMA_GLOBAL_BATCH, accumulation, iters)
-    inputs = [f"model.cfg.pretrained_model_path={checkpoint}", f"tokenization.tokenizer.pretrained_model_path={tokenizer}",
-              f"dataloader.train.dataset.0.path={os.path.join(data, 'alpaca_data', 'train')}",
-              f"dataloader.train.dataset.0.tokenizer.pretrained_model_path={tokenizer}",
-              f"dataloader.test.0.dataset.path={os.path.join(data, 'alpaca_data', 'test')}", "dataloader.test.0.num_workers=0",
-              f"dataloader.test.0.dataset.tokenizer.pretrained_model_path={tokenizer}"]
+    inputs = [f"dataloader.train.dataset.0.path={os.path.join(data, 'alpaca_data', 'train')}",
+              f"dataloader.test.0.dataset.path={os.path.join(data, 'alpaca_data', 'test')}",
+              "dataloader.test.0.num_workers=0"]
+    for where in ("tokenization.tokenizer", "dataloader.train.dataset.0.tokenizer",
+                  "dataloader.test.0.dataset.tokenizer"):
+        inputs += [f"{where}.{k}={v}" for k, v in tokenizer.items()]
     if graph is not None:
         inputs.append(f"graph.enabled={graph}")
-    return CPU + sizes + inputs
+    return CPU + sizes + model + inputs
 
 
 # ChatGLM's HuggingFace checkpoint at CPU size: ChatGLM3's architecture (rotary, RMSNorm, multi-query attention with
@@ -441,8 +529,8 @@ def overrides(project, data, iters, dp=1, tp=1, pp=1, graph=None, accumulation=N
     global batch 8 (MAE: 2 micro-batches a step, as its config accumulates; in graph mode 1, since OneFlow 0.9.0's
     CPU graphs with gradient accumulation now and then compute a wrong gradient, docs/upstream-bugs.md §32),
     ``iters`` iterations."""
-    if project == "Llama":
-        return llama_overrides(data, iters, dp, tp, pp, graph, accumulation)
+    if project in ALPACA_ACCUMULATION:
+        return alpaca_sft_overrides(project, data, iters, dp, tp, pp, graph, accumulation)
     if project == "ChatGLM":
         return chatglm_overrides(data, iters, dp, tp, pp, graph, accumulation)
     accumulation = 2 if project == "MAE" and not graph else 1
@@ -482,6 +570,7 @@ def project_data(work, text_root):
     from libai_ext.data import ensure_digits_imagenet
 
     imagenet = ensure_digits_imagenet(os.path.join(work, "imagenet"))
+    llama = write_llama_data(text_root, os.path.join(work, "llama"))
     return {"MOCOV3": imagenet, "MAE": imagenet, "SimCSE": write_simcse_data(text_root, os.path.join(work, "simcse")),
-            "Llama": write_llama_data(text_root, os.path.join(work, "llama")),
+            "Llama": llama, "Baichuan": llama, "Qwen": write_qwen_data(text_root, os.path.join(work, "qwen")),
             "ChatGLM": write_chatglm_data(text_root, os.path.join(work, "chatglm"))}

@@ -9,8 +9,9 @@ configs/demo_swin_digits_cpu.py (dropout 0.1, attention dropout 0.1, drop-path 0
 mixup/cutmix, label smoothing, its warmup-cosine schedule) over 64 training samples, so that the
 4 steps of global batch 32 cross an epoch boundary twice; every rank its own python/numpy/OneFlow
 streams (``train.seed_scope=rank``).  Data-parallel layouts within 1e-4, the others within 1e-5.
-Quick tier: acc2, dp2 x acc2 and dp2 x acc2 in graph mode; the long tier adds dp2, acc4, acc2 in graph
-mode and pp2 x acc2 to the same tool run (one 1-rank reference), and stock LiBai's accumulation.
+Quick tier: acc2, dp2 x acc2 and dp2 x acc2 in graph mode; the long tier adds pp2 x acc2 to the same tool run
+(one 1-rank reference), and stock LiBai's dp2 x acc2.  (dp2 alone is every layout test's; acc4 and acc2 in
+graph mode are the quick layouts' mechanism again.)
 
 A loss averaged over a micro-batch's unmasked tokens (LiBai's Llama and ChatGLM) depends on which
 samples share a micro-batch: the same tool run also trains tests/configs/swin_padded_tokens_cpu.py
@@ -30,7 +31,7 @@ tool = load_tool("check_equivalence")
 COMMON = ["train.seed_scope=rank", "model.drop_rate=0.1", "model.attn_drop_rate=0.1", "model.drop_path_rate=0.2",
           "dataloader.train.dataset.0.max_samples=64"]
 QUICK = ["acc2", "dp2xacc2", "dp2xacc2:graph"]
-LONG = ["dp2", "acc4", "acc2:graph", "pp2xacc2"]
+LONG = ["pp2xacc2"]
 ITERS = 4
 DEMO, PADDED = "demo_swin_digits_cpu", "swin_padded_tokens_cpu"
 CONFIGS = {DEMO: os.path.join(ROOT, "configs", f"{DEMO}.py"),
@@ -97,5 +98,5 @@ def test_more_accumulating_layouts_follow_the_whole_batch(plugin):
 def test_stock_accumulation_does_not(tmp_path):
     """Stock LiBai draws per micro-batch from each rank's own streams and steps the learning rate per
     micro-batch: its accumulating runs leave the whole batch's trajectory."""
-    status, rows, text, _ = run(tmp_path, ["acc2", "dp2xacc2"], "train.trainer=libai.engine.DefaultTrainer")
-    assert status == tool.EXIT_DIFFER and min(difference for difference, _ in rows.values()) > 1e-4, text
+    status, rows, text, _ = run(tmp_path, ["dp2xacc2"], "train.trainer=libai.engine.DefaultTrainer")
+    assert status == tool.EXIT_DIFFER and rows["dp2xacc2"][0] > 1e-4, text

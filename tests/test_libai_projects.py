@@ -1,20 +1,19 @@
-"""LiBai main's own projects, MoCo v3, MAE, SimCSE, Llama and ChatGLM, run by their own training scripts (SimCSE:
-LiBai's ``tools/train_net.py``, as its readme runs it) from an archive of LiBai main at the pinned commit, with only the
-adoption a user makes (tests/libai_projects.py: the trainer's base class, ``libai_ext.apply_patches()``,
-``libai_ext.seed_from_config(cfg)``) and command-line overrides that size them for CPU ranks (MoCo and MAE: a ViT
-of depth 2 and width 32 on scikit-learn's real handwritten digits at 32 x 32 in ImageNet's layout, read by LiBai's
-``ImageNetDataset`` and MAE's ``PretrainingImageNetDataset``, with the projects' own flowvision augmentation;
-SimCSE, unsupervised: a BERT of depth 2 and width 64 on real English sentences in SimCSE's data formats, read by
-its own ``TrainDataset_unsup``, each sentence twice in a batch, its two copies told apart by dropout; global
-batch 8; 10 iterations).
+"""LiBai main's own projects, MoCo v3, MAE, SimCSE, Llama, ChatGLM, Qwen and Baichuan, run by their own training
+scripts (SimCSE and Baichuan: LiBai's ``tools/train_net.py``, as their readmes run it) from an archive of LiBai main
+at the pinned commit, with only the adoption a user makes (tests/libai_projects.py: the trainer's base class,
+``libai_ext.apply_patches()``, ``libai_ext.seed_from_config(cfg)``) and command-line overrides that size them for
+CPU ranks (MoCo and MAE: a ViT of depth 2 and width 32 on scikit-learn's real handwritten digits at 32 x 32 in
+ImageNet's layout, read by LiBai's ``ImageNetDataset`` and MAE's ``PretrainingImageNetDataset``, with the projects'
+own flowvision augmentation; SimCSE, unsupervised: a BERT of depth 2 and width 64 on real English sentences in
+SimCSE's data formats, read by its own ``TrainDataset_unsup``, each sentence twice in a batch, its two copies told
+apart by dropout; global batch 8; 10 iterations).
 
-* With the plugin, 1 rank in graph mode, dp2, tp2 and dp2 x tp2 (eager and in graph mode) follow the project's
+* With the plugin, 1 rank in graph mode, dp2 and tp2 (eager and in graph mode) follow the project's
   eager run on 1 rank within 1e-5 at iteration 0 and within ``rtol`` over 10 iterations (1e-5; 1e-4 for MoCo on
   tp2, measured and explained there; MAE's graph runs take one micro-batch a step, its eager runs two, as its
-  config sets): MoCo eager (not on dp2 x tp2: its own loss cannot
-  run on a 2-d placement, LiBai's bug), MAE and SimCSE eager and in graph mode (LiBai's ``GraphBase``, as their
-  configs set it; not on dp2 x tp2, where graph mode aborts OneFlow's CPU transport and libai_ext refuses it);
-  SimCSE also on pp2, eager and in graph mode.  MoCo's projector
+  config sets): MoCo eager, MAE eager and in graph mode (LiBai's ``GraphBase``, as its config sets it), SimCSE in
+  graph mode as shipped (its eager run on 1 rank is the reference); SimCSE also on pp2.  (A 2-d placement is the zoo's dp2 x pp2 and (2, 2, 2), and
+  BatchNorm's dp2 x tp2 in tests/test_batch_statistics.py; MoCo's own loss cannot run on dp2 x tp2, LiBai's bug.)  MoCo's projector
   and predictor hold ``BatchNorm1d``: under data parallelism they normalise over the global batch
   (``libai_ext.compat.batch_statistics``).
 * Stock (the scripts as shipped, with what they need to start on CPU ranks) on dp2 differs from its 1 rank at
@@ -33,8 +32,14 @@ batch 8; 10 iterations).
   a HuggingFace checkpoint on SFT samples of real English sentences, without and with LoRA (``CHATGLM_LORA``: its
   dropout and the model's hidden dropout on, LoRA's initial weights drawn by the plugin), eager with 8
   micro-batches a step and in graph mode as its config ships (one micro-batch a step), within the same bounds: graph
-  mode on dp2, pp2 and dp2 x pp2 (on tp2 OneFlow aborts, ``SFT_NOT_RUNNABLE``), eager where it adds a guarantee
+  mode on dp2, pp2 and dp2 x pp2 (on tp2 OneFlow aborts: without LoRA the plugin refuses it at build, ``SFT_REFUSED``;
+  with LoRA it is not run, ``SFT_NOT_RUNNABLE``), eager where it adds a guarantee
   (``SFT_RUN_LAYOUTS``); stock (eager) differs on dp2.
+* Qwen's SFT (``projects/Qwen``: its own ``train_net.py``, ``configs/qwen_sft.py``, eager with one micro-batch a step
+  as shipped), Llama's sizes loaded from a HuggingFace Qwen2 checkpoint with q, k and v biases and GPT-2 style
+  tokenizer files, and Baichuan's (``configs/baichuan_sft.py`` run by LiBai's ``tools/train_net.py`` as its readme
+  does, eager with 8 micro-batches a step as shipped, weights drawn from the config as that script builds them, on
+  Llama's tokenizer and samples): the same bounds on dp2, tp2, pp2 and dp2 x pp2 (no stock run: ``STOCK_PROJECTS``).
 
 The quick tier checks the adoption against the archive's scripts and the compat pieces in this process; the
 launches are the long tier: one per layout, stock's and the plugin's runs one after another in it.
@@ -51,9 +56,9 @@ from libai_ext.compat import detect, libai_main
 from libai_ext.data import ensure_digits_imagenet
 from libai_ext.testing import launch
 from libai_projects import (
-    ADOPTED_SUFFIX, CHATGLM, CHATGLM_ACCUMULATION, CHATGLM_LORA, LLAMA, LLAMA_ACCUMULATION, LLAMA_GLOBAL_BATCH, SCRIPTS,
-    TORCH_STAND_IN, adopt, chatglm_env, extract_projects, libai_checkout, llama_overrides, overrides, project_data,
-    stock_copy, write_llama_data,
+    ADOPTED_SUFFIX, BAICHUAN_ACCUMULATION, CHATGLM, CHATGLM_ACCUMULATION, CHATGLM_LORA, LLAMA, LLAMA_ACCUMULATION,
+    LLAMA_GLOBAL_BATCH, QWEN, QWEN_ACCUMULATION, SCRIPTS, TORCH_STAND_IN, adopt, alpaca_sft_overrides, chatglm_env,
+    extract_projects, libai_checkout, overrides, project_data, stock_copy, write_llama_data,
 )
 
 pytestmark = pytest.mark.skipif(detect.libai_line() is not libai_main,
@@ -61,28 +66,30 @@ pytestmark = pytest.mark.skipif(detect.libai_line() is not libai_main,
 
 CONFIGS = {"MOCOV3": "configs/moco_pretrain.py", "MAE": "configs/mae_pretraining.py",
            "SimCSE": "projects/SimCSE/config/config_simcse_unsup.py", "Llama": "projects/Llama/configs/llama_sft.py",
-           "ChatGLM": "projects/ChatGLM/configs/chatglm_sft.py"}
+           "ChatGLM": "projects/ChatGLM/configs/chatglm_sft.py", "Qwen": "projects/Qwen/configs/qwen_sft.py",
+           "Baichuan": "projects/Baichuan/configs/baichuan_sft.py"}
 ITERS = 10
 RTOL = 1e-5
-LAYOUTS = {"1": dict(dp=1, tp=1), "dp2": dict(dp=2, tp=1), "tp2": dict(dp=1, tp=2), "dp2xtp2": dict(dp=2, tp=2),
+LAYOUTS = {"1": dict(dp=1, tp=1), "dp2": dict(dp=2, tp=1), "tp2": dict(dp=1, tp=2),
            "pp2": dict(dp=1, tp=1, pp=2), "dp2xpp2": dict(dp=2, tp=1, pp=2)}
-PLUGIN_LAYOUTS = ("1", "dp2", "tp2", "dp2xtp2", "pp2")  # MoCo's, MAE's and SimCSE's
+PLUGIN_LAYOUTS = ("1", "dp2", "tp2", "pp2")  # MoCo's, MAE's and SimCSE's
 STOCK_LAYOUTS = ("1", "dp2")
 # (project, graph.enabled; None: as shipped)
 PLUGIN_RUNS = (("MOCOV3", None), ("MAE", False), ("MAE", True), ("SimCSE", False), ("SimCSE", True))
 STAGES_MIXED = ("MOCOV3", "MAE")  # their models combine two stages' tensors (docs/upstream-bugs.md): refused at pp2
-NOT_RUNNABLE = {
-    # MoCo's contrastive loss gives one sbp for a 2-d placement (docs/upstream-bugs.md §29)
-    ("MOCOV3", None, "dp2xtp2"),
-    # graph mode with data and tensor parallelism aborts OneFlow 0.9.0's CPU transport: refused (engine.graph)
-    ("MAE", True, "dp2xtp2"), ("SimCSE", True, "dp2xtp2"),
-} | {(project, graph, "pp2") for project, graph in PLUGIN_RUNS if project in STAGES_MIXED}
+NOT_RUNNABLE = {(project, graph, "pp2") for project, graph in PLUGIN_RUNS if project in STAGES_MIXED}
+
+
+# CI time: SimCSE ships graph mode; its eager run is the 1-rank reference only (dropout inside an eager forward on
+# every layout: ChatGLM's LoRA runs and the zoo).  MAE's eager runs stay: they keep the 2 micro-batches it ships.
+REFERENCE_ONLY = {("SimCSE", False)}
 
 
 def plugin_runs(layout):
     if layout not in PLUGIN_LAYOUTS:
         return []
-    return [(project, graph) for project, graph in PLUGIN_RUNS if (project, graph, layout) not in NOT_RUNNABLE]
+    return [(project, graph) for project, graph in PLUGIN_RUNS if (project, graph, layout) not in NOT_RUNNABLE
+            and (layout == "1" or (project, graph) not in REFERENCE_ONLY)]
 
 
 # The SFT projects' runs (Llama's, ChatGLM's without and with LoRA): {run name: (project, graph.enabled,
@@ -97,19 +104,31 @@ for _name, _extra in (("ChatGLM", ()), ("ChatGLM-LoRA", CHATGLM_LORA)):
     SFT_RUNS.update({f"{_name}-graphFalse": ("ChatGLM", False, CHATGLM_ACCUMULATION, _extra),
                      f"{_name}-graphTrue": ("ChatGLM", True, 1, _extra),
                      f"{_name}-graphFalse-accumulation1": ("ChatGLM", False, 1, _extra)})
+# Qwen and Baichuan ship eager: one run each, with the accumulation they ship (Qwen 1, Baichuan 8)
+SFT_RUNS.update({"Qwen-graphNone": ("Qwen", None, QWEN_ACCUMULATION, ()),
+                 "Baichuan-graphNone": ("Baichuan", None, BAICHUAN_ACCUMULATION, ())})
 SFT_LAYOUTS = ("1", "dp2", "tp2", "pp2", "dp2xpp2")
-SFT_REFERENCES = {"Llama-graphNone": "Llama-graphNone", "Llama-graphTrue": "Llama-graphNone-accumulation1"}
+SFT_REFERENCES = {"Llama-graphNone": "Llama-graphNone", "Llama-graphTrue": "Llama-graphNone-accumulation1",
+                  "Qwen-graphNone": "Qwen-graphNone", "Baichuan-graphNone": "Baichuan-graphNone"}
 SFT_REFERENCES.update({f"{name}-graph{graph}": f"{name}-graphFalse" + ("-accumulation1" if graph else "")
                        for name in ("ChatGLM", "ChatGLM-LoRA") for graph in (False, True)})
 # ChatGLM's train graph on tp2 aborts every rank in OneFlow 0.9.0's CPU transport (register.cpp:75
-# separated_header_mem_ptr() == nullptr, docs/upstream-bugs.md §38), with or without activation checkpointing
-SFT_NOT_RUNNABLE = {("ChatGLM-graphTrue", "tp2"), ("ChatGLM-LoRA-graphTrue", "tp2")}
+# separated_header_mem_ptr() == nullptr, docs/upstream-bugs.md §38): without LoRA the plugin refuses it before the
+# first step (its query_key_value's bias gradients), the last run of the tp2 launch; with LoRA (that bias frozen) it
+# aborts, not run
+SFT_REFUSED = {("ChatGLM-graphTrue", "tp2")}
+SFT_NOT_RUNNABLE = SFT_REFUSED | {("ChatGLM-LoRA-graphTrue", "tp2")}
 # CI time: ChatGLM's runs where each adds a guarantee Llama's do not hold.  Graph mode (as shipped) with and without
 # LoRA on every layout it runs on; LoRA eager (its dropout masks and initial weights under 8 micro-batches) on dp2 and
 # tp2; ChatGLM eager without LoRA on tp2 only, where its graph cannot run (Llama's eager runs hold a token-averaged
 # loss under 8 micro-batches on every layout).  Each run's 1-rank reference runs wherever the run does.
 SFT_RUN_LAYOUTS = {"ChatGLM-graphFalse": ("tp2",), "ChatGLM-LoRA-graphFalse": ("dp2", "tp2")}
 STOCK_GRAPH = {"ChatGLM": False}  # stock's ChatGLM eager with its 8 micro-batches (the others: as shipped)
+# CI time: no stock runs of Qwen and Baichuan.  Their samples reach the model through the code whose layout
+# dependence Llama's stock run shows: LiBai's build_nlp_train_loader and DefaultTrainer over flow.load'ed Alpaca
+# samples, the same token-averaged SFTLoss, the same per-rank seeding (their modeling files are Llama's, Qwen's with
+# biases on q, k and v, Baichuan's with another cache mask for generation).
+STOCK_PROJECTS = [project for project in SCRIPTS if project not in ("Qwen", "Baichuan")]
 
 
 def sft_runs(layout):
@@ -194,9 +213,10 @@ def plan_entry(name, folder, script, project, data, out, layout, graph=None, acc
     return {"name": name, "folder": folder, "script": script, "argv": argv, "env": env}
 
 
-def run_layout(projects, work, data, layout_name, layout, stock, plugin_runs, check=True, sft=()):
+def run_layout(projects, work, data, layout_name, layout, stock, plugin_runs, check=True, sft=(), refused=()):
     """``{run name: [loss per iteration]}`` of one launch: stock's runs first (nothing of the plugin is in the
-    process yet), then the plugin's (``sft``: names of ``SFT_RUNS``).  ``data``: ``project_data``."""
+    process yet), then the plugin's (``sft``: names of ``SFT_RUNS``; ``refused``: those that must stop with
+    ``GraphConfigError``, last).  ``data``: ``project_data``."""
     out = os.path.join(work, layout_name)
     layout = dict(dict(pp=1), **layout)
     plan = []
@@ -211,10 +231,12 @@ def run_layout(projects, work, data, layout_name, layout, stock, plugin_runs, ch
         script = os.path.join(projects[project], SCRIPTS[project][0][:-3] + ADOPTED_SUFFIX)
         plan.append(plan_entry(f"{project}-graph{graph}", projects[project], script, project, data, out,
                                layout, graph))
-    for name in sft:
+    for name in (*sft, *refused):
         project = SFT_RUNS[name][0]
         script = os.path.join(projects[project], SCRIPTS[project][0][:-3] + ADOPTED_SUFFIX)
         plan.append(plan_entry(name, projects[project], script, project, data, out, layout, *SFT_RUNS[name][1:]))
+        if name in refused:
+            plan[-1]["refused"] = "GraphConfigError"
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "plan.json"), "w") as f:
         json.dump(plan, f, indent=1)
@@ -239,8 +261,8 @@ def project_losses(projects, libai_text_data, tmp_path_factory):
     found = {}
     for name, layout in LAYOUTS.items():
         result, plan = run_layout(projects, work, data, name, layout,
-                                  stock=list(SCRIPTS) if name in STOCK_LAYOUTS else [], plugin_runs=plugin_runs(name),
-                                  sft=sft_runs(name))
+                                  stock=STOCK_PROJECTS if name in STOCK_LAYOUTS else [], plugin_runs=plugin_runs(name),
+                                  sft=sft_runs(name), refused=[run for run, layout in SFT_REFUSED if layout == name])
         records = records_of_every_rank(result, count=len(plan))
         assert [r["name"] for r in records[0]] == [entry["name"] for entry in plan], records[0]
         found[name] = {r["name"]: (r["kind"], r["losses"]) for r in records[0]}
@@ -298,15 +320,29 @@ def test_the_sft_projects_follow_one_eager_rank_with_the_plugin(project_losses, 
 
 
 @pytest.mark.long
+@pytest.mark.parametrize("name, layout", sorted(SFT_REFUSED))
+def test_chatglms_graph_is_refused_on_tp2_before_its_first_step(project_losses, name, layout):
+    """ChatGLM's train graph on tp2 (as shipped, graph mode) would abort every rank at its first step in OneFlow
+    0.9.0's CPU transport (docs/upstream-bugs.md §38; stock: tools/repro/graph_column_bias_cpu.py); the plugin
+    refuses it on every rank, naming its ``query_key_value`` layers and the keys to change."""
+    kind, losses = project_losses[layout][name]
+    assert kind.startswith("refused: ") and not losses, (kind, losses)
+    for words in ("self_attention.query_key_value", "graph.enabled=False", "train.dist.tensor_parallel_size=2"):
+        assert words in kind, (words, kind)
+
+
+@pytest.mark.long
 @pytest.mark.parametrize("layout", SFT_LAYOUTS)
 def test_the_sft_projects_train_from_the_checkpoints_weights(project_losses, layout):
     """The checkpoints' weights (``write_llama_checkpoint``, ``chatglm_hf_weights``: 10 times LiBai's initialisation
-    scale) give first losses over ln(vocabulary) + 0.5 (Llama about 6.4, ChatGLM 7.3-7.8); weights drawn anew by
-    LiBai's initialisation give about ln(vocabulary) (4.85 and 6.24)."""
-    vocabulary = {"Llama": LLAMA["vocab_size"], "ChatGLM": CHATGLM["padded_vocab_size"]}
+    scale) give first losses over ln(vocabulary) + 0.5 (Llama about 6.4, ChatGLM 7.3-7.8, Qwen 8.1); weights drawn
+    anew by LiBai's initialisation give about ln(vocabulary) (4.85, 6.24 and 6.93).  Baichuan's script loads no
+    checkpoint."""
+    vocabulary = {"Llama": LLAMA["vocab_size"], "ChatGLM": CHATGLM["padded_vocab_size"], "Qwen": QWEN["vocab_size"]}
     for project, size in vocabulary.items():
-        runs = {name: losses for name, (_, losses) in project_losses[layout].items()
-                if name.split("-")[0] == project or name.startswith(f"stock-{project}")}
+        runs = {name: losses for name, (kind, losses) in project_losses[layout].items()
+                if (name.split("-")[0] == project or name.startswith(f"stock-{project}"))
+                and not kind.startswith("refused")}
         assert runs and all(losses[0] > math.log(size) + 0.5 for losses in runs.values()), (project, runs)
 
 
@@ -322,7 +358,7 @@ def rtol(project, layout, graph):
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("project", list(SCRIPTS))
+@pytest.mark.parametrize("project", STOCK_PROJECTS)
 def test_stock_projects_differ_between_layouts(project_losses, project):
     """By ten times the plugin's bound (LiBai's metrics.json holds running medians: equal runs give equal ones)."""
     one, dp2 = project_losses["1"][f"stock-{project}"][1], project_losses["dp2"][f"stock-{project}"][1]
@@ -345,7 +381,8 @@ def test_pipeline_parallelism_is_refused_naming_the_module(projects, tmp_path, p
 
 @pytest.mark.long
 def test_check_equivalence_names_stocks_first_difference_in_mocos_own_script(projects, tmp_path, monkeypatch):
-    """``libai-ext-check-equivalence --script``: MoCo's script (stock, then with the adoption) on 1 rank and dp2."""
+    """``libai-ext-check-equivalence --script``: MoCo's stock script on 1 rank and dp2, its first difference named
+    (the adopted script's match through the tool: Llama's case below; MoCo's adopted runs: the launches above)."""
     from conftest import check_equivalence
 
     imagenet = ensure_digits_imagenet(str(tmp_path / "imagenet"))
@@ -354,8 +391,7 @@ def test_check_equivalence_names_stocks_first_difference_in_mocos_own_script(pro
     the_tools = ("train.dist.data_parallel_size", "train.dist.tensor_parallel_size", "train.dist.pipeline_parallel_size",
                  "train.train_micro_batch_size", "train.num_accumulation_steps", "train.train_iter")
     sized = [o for o in overrides("MOCOV3", imagenet, 2) if not o.startswith(the_tools)]
-    scripts = {"stock": stock_copy(projects["MOCOV3"], "MOCOV3", str(tmp_path / "stock-MOCOV3")),
-               "plugin": adopt(projects["MOCOV3"], "MOCOV3")}
+    scripts = {"stock": stock_copy(projects["MOCOV3"], "MOCOV3", str(tmp_path / "stock-MOCOV3"))}
     found = {}
     for name, script in scripts.items():
         monkeypatch.chdir(os.path.dirname(script))
@@ -364,8 +400,6 @@ def test_check_equivalence_names_stocks_first_difference_in_mocos_own_script(pro
         found[name] = check_equivalence(argv, ["moco_pretrain"], ["dp2"])
     status, tables, _ = found["stock"]
     assert status == 1 and "iteration 0, forward: batch.images differs" in tables["moco_pretrain"]["dp2"][-1], tables
-    status, tables, text = found["plugin"]
-    assert status == 0 and tables["moco_pretrain"]["dp2"][-1] == "-", text
 
 
 @pytest.mark.long
@@ -380,7 +414,7 @@ def test_check_equivalence_names_stocks_first_difference_in_llamas_own_script(pr
     data = write_llama_data(libai_text_data, str(tmp_path / "llama"))
     the_tools = ("train.dist.data_parallel_size", "train.dist.tensor_parallel_size", "train.dist.pipeline_parallel_size",
                  "train.train_micro_batch_size", "train.num_accumulation_steps", "train.train_iter")
-    sized = [o for o in llama_overrides(data, 2) if not o.startswith(the_tools)]
+    sized = [o for o in alpaca_sft_overrides("Llama", data, 2) if not o.startswith(the_tools)]
     stock = str(tmp_path / "stock-Llama")
     scripts = {"stock": (stock, stock_copy(projects["Llama"], "Llama", stock)),
                "plugin": (projects["Llama"], adopt(projects["Llama"], "Llama"))}

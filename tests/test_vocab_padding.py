@@ -10,10 +10,12 @@ tensor_parallel_size``, so the embedding and the logits change shape with tp.  U
 * one process: stock LiBai's padded size changes with tp, the plugin's does not;
 * quick tier: the 507-token model on tp2 trains as on 1 rank (``tools/check_equivalence.py``, 2
   iterations, within 1e-5);
-* long tier: both vocabularies on tp2 and tp4, and the 507-token model with LiBai's padding
+* long tier: both vocabularies on tp2, and the 507-token model with LiBai's padding
   (``tests/configs/libai_gpt2_vocab507_libai_padding.py``, ``tokenization.max_tensor_parallel_size=1``:
   tp2 keeps LiBai's 508 rows, with a warning), which the tool flags; the three configs train in one
-  launch per layout, and under ``make test-all`` the quick case reads its tp2 row from those runs.
+  launch, and under ``make test-all`` the quick case reads its tp2 row from those runs.  (The padded
+  size is the same for every tp up to the key's: the one-process tests above; a tp4 launch of 4 ranks
+  would show the same rows again.)
 """
 import logging
 import os
@@ -118,8 +120,8 @@ def trains_one_model(row):
 
 @pytest.fixture(scope="module")
 def tp_layouts(tmp_path_factory):
-    """The long tier's runs: both vocabularies and the 507-token model with LiBai's padding on tp2 and tp4."""
-    return run_tool(tmp_path_factory.mktemp("vocab-tp"), [ODD, GPT2, LIBAI_PADDING], ["tp2", "tp4"], 2)
+    """The long tier's runs: both vocabularies and the 507-token model with LiBai's padding on tp2."""
+    return run_tool(tmp_path_factory.mktemp("vocab-tp"), [ODD, GPT2, LIBAI_PADDING], ["tp2"], 2)
 
 
 def test_an_odd_vocabulary_trains_one_model_on_tp2(request, tmp_path):
@@ -133,10 +135,10 @@ def test_an_odd_vocabulary_trains_one_model_on_tp2(request, tmp_path):
 
 
 @pytest.mark.long
-def test_both_vocabularies_train_one_model_on_tp2_and_tp4(tp_layouts):
+def test_both_vocabularies_train_one_model_on_tp2(tp_layouts):
     status, tables, text = tp_layouts
     for config in (ODD, GPT2):
-        assert trains_one_model(tables[config]["tp2"]) and trains_one_model(tables[config]["tp4"]), (config, text)
+        assert trains_one_model(tables[config]["tp2"]), (config, text)
 
 
 @pytest.mark.long

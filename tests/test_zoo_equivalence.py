@@ -14,8 +14,8 @@ in one launch per layout, and each layout's per-iteration raw loss is compared w
 
 Long tier (``make test-all``; ``make test-libai-main`` runs it too): all six layouts for 3 iterations (LiBai
 main's models all but (2, 2, 2), which 0.1.1's models run: 8 ranks on CI's 2 cores are the matrix's costliest
-launch, and on LiBai main ``test_stage0_loading.py``, ``test_pairing.py`` and ``test_elastic_resume.py`` run
-(2, 2, 2)), and stock LiBai's text models, which the tool flags.  The quick tier holds layout invariance at
+launch, and on LiBai main ``test_pairing.py`` runs (2, 2, 2) with LiBai's real loader), and on 0.1.1 stock
+LiBai's text models, which the tool flags.  The quick tier holds layout invariance at
 small scale with LiBai's own ``TransformerLayer`` (every dropout and drop-path, MAE-style masking) on tp2 and
 dp2 x pp2
 (tests/test_random_op_layouts.py) and with the demo on accumulating layouts
@@ -35,8 +35,10 @@ from libai_ext.compat import detect, libai_main
 EXACT_RTOL, DATA_PARALLEL_RTOL = 1e-5, 1e-4
 WITHOUT_DP = ["pp2", "tp2", "tp2xpp2"]
 WITH_DP = ["dp2", "dp2xpp2"] + ([] if detect.libai_line() is libai_main else ["dp2xtp2xpp2"])
+ON_MAIN = detect.libai_line() is libai_main
 CONFIGS = zoo_configs()
-# Stock LiBai's text models, run with their fusions off (no CPU kernel).
+# Stock LiBai's text models, run with their fusions off (no CPU kernel): on 0.1.1, the line whose stock get_batch
+# and sampler the bug reports are about (LiBai main's stock projects differ in tests/test_libai_projects.py).
 STOCK_TEXT = [name for name in CONFIGS if name in ZOO_TEXT]
 tool = load_tool("check_equivalence")
 
@@ -79,6 +81,7 @@ def test_every_layout_follows_one_rank(matrix, config, layout):
 
 
 @pytest.mark.long
+@pytest.mark.skipif(ON_MAIN, reason="stock's text models are flagged on LiBai 0.1.1")
 def test_the_tool_flags_stock_libai_on_the_text_models(tmp_path):
     """One launch per layout; the vision models' stock tables (ViT, ResMLP) are in docs/zoo_equivalence.md."""
     status, tables, text = run_tool(tmp_path, ["tp2", "dp2"], 2, "train.trainer=libai.engine.DefaultTrainer",

@@ -1,8 +1,9 @@
 """On every rank: run LiBai projects' own training scripts, one after another in this process, as
 ``python <script> --config-file <config> <overrides>`` would from the project's folder.
 
-``--plan``: a JSON list of ``{"name", "folder", "script", "argv", "env"}`` (``env``: environment variables the
-run's config reads, set for it and removed after).  Each run starts in its folder with the
+``--plan``: a JSON list of ``{"name", "folder", "script", "argv", "env", "refused"}`` (``env``: environment variables
+the run's config reads, set for it and removed after; ``refused``: the name of the error the run must stop with,
+recorded as kind ``refused: <its message>``).  Each run starts in its folder with the
 folder first on ``sys.path`` (the projects import their ``modeling``, ``configs``, ``trainer`` packages from there)
 and the modules of any other project folder forgotten.  Writes one record per run: the name and rank 0's losses per
 iteration, raw (``losses.jsonl``, which ``ConsistentBatchTrainer`` writes) where the run has them, else LiBai's
@@ -44,6 +45,11 @@ def run(entry, folders):
     os.environ.update(entry.get("env", {}))
     try:
         runpy.run_path(entry["script"], run_name="__main__")
+    except Exception as error:
+        if type(error).__name__ != entry.get("refused"):
+            raise
+        write_rank_result(name=entry["name"], kind=f"refused: {error}", losses=[])
+        return
     finally:
         sys.path.remove(entry["folder"])
         for name in entry.get("env", {}):
