@@ -11,9 +11,10 @@ Every results file starts with its metadata (``benchmarks/report.py`` writes it)
     Host: <the machine and its load>
 
 and the rest of the file is the measurement. The page gives each file a section under its group (``GROUPS``; a file
-no group names goes under "Other measurements"), with its command, its host and its output. The page leaves out
-when a figure was measured (a date on the host line): docs describe the software as it is; the results file and
-its history keep the date. Pure Python: no OneFlow, no LiBai.
+no group names goes under "Other measurements"): its command, its host's load and its tables with their headings. A
+results file's notes (its prose) stay in the file, which the section links: the page holds the numbers, once. The
+page leaves out when a figure was measured (a date on the host line) and the machine every host line names (the
+page's introduction states it). Pure Python: no OneFlow, no LiBai.
 """
 import argparse
 import os
@@ -30,27 +31,20 @@ WIDTH = 118
 # (heading, what the reader needs to read the group's tables, results files by name without ".md")
 GROUPS = [
     ("The whole training step",
-     "Four trainers take turns, run by run (`benchmarks/trainer_overhead.py`): stock LiBai's `DefaultTrainer` "
-     "(*stock*); `ConsistentBatchTrainer` under `train.randomness=\"fast\"` with every rank loading (*consistent*) and "
-     "with only the first pipeline stage loading (*consistent+stage0-only*, called *fast* in the ratio columns); and "
-     "the default, `\"layout_invariant\"` with first-stage-only loading. Each repeat starts one trainer later. Step "
-     "time is rank 0's median after the warm-up iterations, and the median of the repeats. On the first stage "
-     "(stage 0), *load* is `next(loader)` (reading and augmenting) and *get_batch* is LiBai's data time minus load "
-     "(mixup, and making the batch global); on other stages, *data_time* includes waiting for stage 0's batch. "
-     "*CPU s per step* adds every rank's CPU time; *cores busy* is that over the step time. The demo is "
-     "`configs/demo_pipeline_cpu.py` (augmentation and mixup on); GPT-2 is LiBai's `GPTForPreTraining` "
-     "(`configs/libai_gpt2_cpu.py`, every dropout on, fusions off for all four: stock has no CPU kernel for them).",
+     "Four trainers take turns, run by run (`benchmarks/trainer_overhead.py`): *stock* (LiBai's `DefaultTrainer`), "
+     "*consistent* (`ConsistentBatchTrainer` under `\"fast\"`, every rank loading), *consistent+stage0-only* (called "
+     "*fast* in the ratio columns) and *layout_invariant* (the default). Step time is rank 0's median after warm-up, "
+     "median over repeats. *load* is `next(loader)` on stage 0, *get_batch* the rest of LiBai's data time; *data_time* "
+     "on other stages includes waiting for stage 0. The demo is `configs/demo_pipeline_cpu.py`; GPT-2 is "
+     "`configs/libai_gpt2_cpu.py` with its fusions off for all four (stock has no CPU kernel for them).",
      ["trainer_overhead", "trainer_overhead_gpt2", "trainer_overhead_gpt2_8ranks",
       "trainer_overhead_gpt2_8ranks_5repeats", "trainer_overhead_gpt2_8ranks_10repeats",
       "trainer_overhead_gpt2_8ranks_10repeats_stock", "step_profile_gpt2_8ranks", "libai_zoo_step_time"]),
     ("Dropout masks and graph steps",
-     "The layout-invariant mask against OneFlow's own dropout (`flow._C.dropout`) in one process "
-     "(`benchmarks/mask_cost.py`): *int ops* is the path GPU ranks and graphs take (OneFlow int32 ops, run here on "
-     "CPU tensors), *host loop* the C loop eager CPU ranks take. *peak* is one call's growth of the peak resident set, "
-     "*held* what a call's output and its saved-for-backward mask keep. On CPU the time verdict reads CPU time, "
-     "which a loaded host inflates less than wall time. The graph-mode steps (`benchmarks/trainer_overhead.py "
-     "--graph`) run LiBai's models with the config's graph (`libai_ext.engine.GraphBase`) under stock LiBai's "
-     "`DefaultTrainer` and under `ConsistentBatchTrainer`. Every figure here was measured on CPU; on a GPU, "
+     "The layout-invariant mask against OneFlow's `flow._C.dropout` in one process (`benchmarks/mask_cost.py`): "
+     "*int ops* is the path of GPU ranks and graphs, *host loop* the C loop of eager CPU ranks; *peak* is a call's "
+     "growth of the peak resident set, *held* what its output and saved mask keep. The graph steps "
+     "(`benchmarks/trainer_overhead.py --graph`) run LiBai's models in graph mode under both trainers. On a GPU, "
      "`make gpu-check` measures the int-op path and the GPT-2 graph step.",
      ["mask_cost", "trainer_overhead_gpt2_graph", "trainer_overhead_vit_graph", "trainer_overhead_demo_graph",
       "step_profile_gpt2_1ranks_graph"]),
@@ -59,10 +53,9 @@ GROUPS = [
      ["randomness_cost", "generator_bijection", "param_init_cost", "loader_keying", "augmentation_check", "mixup_cost",
       "epoch_order"]),
     ("Random ops inside a forward",
-     "Routing every random op of OneFlow (`flow.rand`, `F.dropout`, `Tensor.bernoulli`, ...) to the keyed streams: "
-     "per call, against OneFlow's own op in one process (`benchmarks/random_op_routing.py`); and on a whole training "
-     "step, this checkout against a checkout without the routing (`benchmarks/trainer_overhead.py --baseline`), the "
-     "two taking turns run by run.",
+     "Every random op of OneFlow routed to the keyed streams: per call against OneFlow's own op "
+     "(`benchmarks/random_op_routing.py`), and a whole step against a checkout without the routing "
+     "(`benchmarks/trainer_overhead.py --baseline`), taking turns run by run.",
      ["random_op_routing", "trainer_overhead_random_ops_demo", "trainer_overhead_random_ops_gpt2"]),
     ("Equivalence",
      "Per-iteration losses of one config on several layouts or modes, against one reference run.",
@@ -92,24 +85,21 @@ INTRO = """\
 <!-- Generated by {this} from the files in benchmarks/results/.
      Do not edit this page: edit those files (or the script), then run `.venv/bin/python {this}`. -->
 
-Every figure measured by a script of `benchmarks/`: each section below is one results file of `benchmarks/results/`,
-with the command that wrote it and the machine it ran on. The scripts run the variants they compare side by side in
-one invocation, interleaved call by call or run by run, and report ratios: compare the ratios, not the absolute
-times. What the figures mean, and where a training step's time goes: [performance.md](performance.md).
+Every figure measured by a script of `benchmarks/`: each section is one results file of `benchmarks/results/`, with
+the command that wrote it and its host's load; the file keeps its notes. The scripts run the variants they compare
+side by side, interleaved, and report ratios: compare the ratios, not the times. What they mean:
+[performance.md](performance.md).
 
-**The machine.** Every figure comes from a machine with 2 CPU cores and no GPU, most of them while other jobs shared
-it, so single timings swing from run to run; runs with more than 2 ranks oversubscribe the cores. No figure comes from
-a GPU.
+**The machine.** Every figure comes from a machine with 2 CPU cores and no GPU, mostly shared with other jobs; runs
+with more than 2 ranks oversubscribe the cores.
 
-**Measuring again.** A command below that names its results file (`--out benchmarks/results/...`), and each shell
-script, rewrites that tracked file, on purpose; to measure without touching it, give `--out` (`OUT=` for the shell
-scripts) a path under `output/`. Two files were recorded from a command's printed output, and say so. On a quiet machine,
-and with more repeats (`--repeats`), the ratios tighten. After a results file changes,
-`.venv/bin/python {this}` rewrites this page; `tests/test_docs.py` fails while the page is out of date.
+**Measuring again.** A command that names its results file rewrites that tracked file; give `--out` (`OUT=` for the
+shell scripts) a path under `output/` to leave it alone. Then `.venv/bin/python {this}` rewrites this page, which
+`tests/test_docs.py` checks.
 
-Figures of training runs live with their explanation: the pipeline experiment ([experiment.md](experiment.md)), the
-curves on every layout ([layout_invariance.md](layout_invariance.md)), LiBai's models on every layout
-([zoo_equivalence.md](zoo_equivalence.md)) and the test suite's times ([testing.md](testing.md#times)).
+Training runs' figures live with their explanation: [experiment.md](experiment.md),
+[layout_invariance.md](layout_invariance.md), [zoo_equivalence.md](zoo_equivalence.md) and the test suite's times
+([testing.md](testing.md#times)).
 """
 
 DATE = re.compile(r"[;,]?\s*\b\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2})?)?(?:\s*UTC)?")
@@ -160,13 +150,32 @@ def demoted(body, levels):
     return "\n".join(out).strip("\n")
 
 
+MACHINE = re.compile(r"^vm, 2 CPU cores[,;:]?\s*")  # the machine the introduction names
+
+
 def section(result):
     name = result["name"]
     commands = "\n".join(result["commands"])
+    load = MACHINE.sub("", result["host"])
+    host = f"Host: {load[0].upper() + load[1:]}. " if load else ""
     return (f"### {result['title']}\n\n```\n{commands}\n```\n\n"
-            + textwrap.fill(f"Host: {result['host']}. File: [{RESULTS}/{name}.md](../{RESULTS}/{name}.md).", WIDTH,
+            + textwrap.fill(f"{host}Notes: [{RESULTS}/{name}.md](../{RESULTS}/{name}.md).", WIDTH,
                             break_on_hyphens=False, break_long_words=False) + "\n\n"
-            f"{demoted(result['body'], 2)}\n")
+            f"{demoted(numbers_of(result['body']), 2)}\n")
+
+
+def numbers_of(body):
+    """``body``'s headings, tables and code blocks; its prose (the notes) stays in the results file."""
+    out, in_code = [], False
+    for line in body.split("\n"):
+        if FENCE.match(line):
+            in_code = not in_code
+            out.append(line)
+        elif in_code or line.startswith(("|", "#")):
+            out.append(line)
+        elif not line.strip() and out and out[-1].strip():
+            out.append("")
+    return "\n".join(out)
 
 
 def table_rows(body):
@@ -230,9 +239,7 @@ def render(root=ROOT):
     if others:
         grouped.append((OTHER, "Results files that no group of the page's script names yet.", others))
     grouped = [(title, intro, files) for title, intro, files in grouped if files]
-    contents = "\n".join(f"- [{title}](#{slug(title)})\n"
-                         + "\n".join(f"  - [{r['title']}](#{slug(r['title'])})" for r in files)
-                         for title, _, files in grouped)
+    contents = "\n".join(f"- [{title}](#{slug(title)})" for title, _, files in grouped)
     quoted = summary(results)
     if quoted:
         contents = f"- [{SUMMARY_TITLE}](#{slug(SUMMARY_TITLE)})\n" + contents

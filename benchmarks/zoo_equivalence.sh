@@ -3,7 +3,8 @@
 # line: GPT-2 (GPT2Dataset over text LiBai's preprocess tool indexed), BERT (BertDataset), T5 (T5Dataset, with its
 # special tokens), ViT and Swin (the digits, random crop + mixup/cutmix), and on LiBai main also RoBERTa
 # (RobertaDataset), SwinV2 and ResMLP; every dropout and drop-path on, one global batch per config on every layout.
-# Rewrites the tracked benchmarks/results/zoo_equivalence[_libai_main].md and one loss-curve PNG per config under docs/,
+# Writes benchmarks/results/zoo_equivalence[_libai_main].md (not kept in git) and rewrites one loss-curve PNG per config
+# under docs/ (tracked),
 # on purpose (the figures of docs/zoo_equivalence.md); OUT=<file> and PLOT=<png> write elsewhere.
 #   benchmarks/zoo_equivalence.sh                                   # ITERS=20, pip's LiBai 0.1.1 in .venv
 #   PYTHON=.venv-libai-main/bin/python benchmarks/zoo_equivalence.sh  # LiBai main

@@ -500,8 +500,9 @@ def test_a_results_file_without_its_metadata_is_named(tmp_path):
                                      "Host: vm, 2 CPU cores, load average 1.0, 2.0, 3.0 at the end; "
                                      "2031-01-02 03:04 UTC\n\n## Inner\ntext\n| a |\n|---|\n")
     text = page.render(str(tmp_path))
-    assert "### A title" in text and "#### Inner" in text and "text\n\n| a |" in text
-    assert "Host: vm, 2 CPU cores, load average 1.0, 2.0, 3.0 at the end." in text and "2031" not in text
+    assert "### A title" in text and "#### Inner" in text and "\n| a |" in text
+    assert "text\n" not in text, "a results file's prose stays in the file"
+    assert "Host: Load average 1.0, 2.0, 3.0 at the end." in text and "2031" not in text
     assert "## Other measurements" in text  # a file no group names still gets its section
     for bad, field in [("Command: `x`\nHost: h\n", "first line"), ("# T\n\nHost: h\n", "Command"),
                        ("# T\n\nCommand: `x`\n", "Host")]:
@@ -904,3 +905,200 @@ def test_each_docs_check_catches_the_drift_it_is_for():
     assert column_problems("| run | top-1 |\n|---|---|\n| a | 1 |\n\nTop-1 at 90, and the best of each run.\n")
     assert re.findall(r"libai_ext (\d+(?:\.\d+)+)\b", "from libai_ext 0.1 (stock)") == ["0.1"]
     assert README_JARGON.search("stock LiBai parts at iteration 0")
+
+
+# --- facts the pages state, read from the code ----------------------------------------------------
+
+def section_of(text, heading_start):
+    """The text of the section whose heading starts with ``heading_start``, up to the next heading of its level."""
+    match = re.search(rf"^(#+) {re.escape(heading_start)}", text, re.M)
+    assert match, f"no section '{heading_start}...'"
+    rest = text[match.end():]
+    end = re.search(rf"^#{{1,{len(match.group(1))}}} ", rest, re.M)
+    return rest[:end.start()] if end else rest
+
+
+def test_the_console_scripts_listed_are_pyprojects():
+    """install.md's table names every console script pyproject.toml installs, and tools.md's table every tool."""
+    scripts = console_scripts()
+    install = tables(section_of(read(os.path.join(ROOT, "docs", "install.md")), "Console scripts"))[0]["rows"]
+    assert {row[0].strip("`"): row[1].strip("`") for row in install} == scripts
+    tools = tables(section_of(read(os.path.join(ROOT, "docs", "tools.md")), "Every tool"))[0]["rows"]
+    listed = {re.search(r"`(\w+)`", row[0]).group(1) for row in tools}
+    assert listed == {module.rsplit(".", 1)[1] for module in scripts.values()}
+
+
+EXIT_CODES_STATED = re.compile(r"Exit codes:(.*?)(?:\.(?:\s|$)|$)", re.S)
+
+
+def exit_codes_stated(section):
+    """The codes an ``Exit codes: 0 ..., 1 ..., 2 ...`` sentence of ``section`` gives, in order."""
+    found = EXIT_CODES_STATED.findall(prose_with_code(section))
+    return [[int(c) for c in re.findall(r"(?:^|,)\s*(\d+)\s", sentence.replace("\n", " "))] for sentence in found]
+
+
+def test_every_tools_exit_codes_on_tools_md_are_its_own():
+    """Each tool's section of docs/tools.md gives exactly the exit codes of the tool's ``EXIT_CODES``."""
+    text = read(os.path.join(ROOT, "docs", "tools.md"))
+    problems = {}
+    for module in sorted(set(console_scripts().values())):
+        name = module.rsplit(".", 1)[1]
+        codes = [code for code, _ in importlib.import_module(module).EXIT_CODES]
+        stated = exit_codes_stated(section_of(text, f"`{name}`"))
+        if stated != [codes]:
+            problems[name] = {"stated": stated, "the tool's": codes}
+    assert problems == {}
+
+
+def test_the_exit_code_check_reads_each_code():
+    assert exit_codes_stated("Exit codes: 0 finished, 1 an error on a rank (every rank ends at once), 2 bad\n"
+                             "arguments, 124 preempted, 130 a second signal, 143 committed.") == \
+        [[0, 1, 2, 124, 130, 143]]
+
+
+def module_constants(name):
+    """``{NAME: value}`` of the literal module-level assignments of ``tests/<name>`` (read, not imported: no
+    OneFlow, no LiBai line decided)."""
+    import ast
+
+    tree = ast.parse(read(os.path.join(ROOT, "tests", name)))
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            found[node.targets[0].id] = node.value
+    return tree, found
+
+
+
+
+def libai_main_configs_trained():
+    """``(trained, not trained, iterations)`` of tests/test_libai_main_configs.py."""
+    import ast
+
+    _, found = module_constants("test_libai_main_configs.py")
+    trained = sorted(ast.literal_eval(key) for key in found["RUNS"].keys)
+    untrained = sorted(ast.literal_eval(key) for key in found["NO_DATA"].keys)
+    one = ast.literal_eval(found["ONE_ITERATION"])
+    iterations = int(next(o for o in one if o.startswith("train.train_iter=")).split("=")[1])
+    return trained, untrained, iterations
+
+
+def zoo_layouts_and_iterations():
+    """``({"libai_v0_1": [layouts], "libai_main": [layouts]}, iterations)`` of tests/test_zoo_equivalence.py."""
+    import ast
+
+    tree, found = module_constants("test_zoo_equivalence.py")
+    without_dp = ast.literal_eval(found["WITHOUT_DP"])
+    with_dp = found["WITH_DP"]  # [...] + ([] if <libai main> else [...])
+    both, main_only_extra = ast.literal_eval(with_dp.left), with_dp.right
+    layouts = {"libai_main": without_dp + both + ast.literal_eval(main_only_extra.body),
+               "libai_v0_1": without_dp + both + ast.literal_eval(main_only_extra.orelse)}
+    matrix = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "matrix")
+    call = next(n for n in ast.walk(matrix) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "run_tool")
+    return layouts, ast.literal_eval(call.args[2])
+
+
+NUMBER_WORDS = {3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
+
+
+def sentences(text):
+    """The sentences of ``text``'s paragraphs and list items (tables and headings left out), inline code kept."""
+    found = []
+    for block in re.split(r"\n\s*\n|\n(?=\s*[-*] |#)", prose_with_code(text)):
+        if block.lstrip().startswith(("|", "#")):
+            continue
+        found += re.split(r"(?<=\.)\s+", re.sub(r"\s+", " ", block).strip())
+    return found
+
+
+def libai_main_claim_problems(pages, trained, untrained, iterations, main_layouts, zoo_iterations):
+    """``["page: what"]`` where a page states which of LiBai main's configs train, or the layouts and iterations of
+    LiBai main's RoBERTa, SwinV2 and ResMLP, other than the tests run them."""
+    problems = []
+    total = len(trained) + len(untrained)
+    for name, text in pages.items():
+        for sentence in sentences(text):
+            if re.search(r"LiBai main's (?:own )?configs|configs? of LiBai main", sentence) and re.search(r"\btrain", sentence):
+                if f"{total} of LiBai main's configs" not in sentence:
+                    problems.append(f"{name}: not 'all {total} of LiBai main's configs': {sentence[:100]}")
+                if not re.search(rf"\b{len(trained)} with data\b.*\b{iterations} iterations? each", sentence):
+                    problems.append(f"{name}: not 'the {len(trained)} with data ... {iterations} iteration each': "
+                                    f"{sentence[:100]}")
+                if not all(f"`{config}`" in sentence for config in untrained):
+                    problems.append(f"{name}: does not name the configs not trained {untrained}: {sentence[:100]}")
+            if "RoBERTa, SwinV2 and ResMLP" in sentence and re.search(r"\blayouts\b", sentence):
+                count = NUMBER_WORDS[len(main_layouts)]
+                if f"{count} layouts" not in sentence or f"{zoo_iterations} iterations" not in sentence \
+                        or "(2, 2, 2)" in sentence:
+                    problems.append(f"{name}: LiBai main's zoo runs {count} layouts ({main_layouts}) for "
+                                    f"{zoo_iterations} iterations: {sentence[:120]}")
+    return problems
+
+
+def test_what_the_pages_say_of_libai_mains_configs_and_models_is_what_the_tests_run():
+    trained, untrained, iterations = libai_main_configs_trained()
+    layouts, zoo_iterations = zoo_layouts_and_iterations()
+    assert "dp2xtp2xpp2" in layouts["libai_v0_1"] and len(trained) > 1 and untrained
+    pages = {relative(p): read(p) for p in doc_files()}
+    problems = libai_main_claim_problems(pages, trained, untrained, iterations, layouts["libai_main"], zoo_iterations)
+    assert problems == []
+    readme = " ".join(sentences(pages["README.md"]))
+    assert f"the {len(trained)} with data" in readme and "RoBERTa, SwinV2 and ResMLP" in readme
+
+
+def test_the_libai_main_check_finds_an_overstated_claim():
+    old = {"README.md": "Each config of LiBai main's configs trains with only the trainer line changed. On LiBai main "
+                        "also RoBERTa, SwinV2 and ResMLP follow 1 rank on six layouts up to (2, 2, 2) over 20 "
+                        "iterations."}
+    found = libai_main_claim_problems(old, ["a", "b"], ["c"], 1, ["pp2", "tp2", "dp2"], 3)
+    assert len(found) == 4, found
+    good = {"README.md": "All 3 of LiBai main's configs load; the 2 with data here train 1 iteration each (`c` "
+                         "downloads). The tests run RoBERTa, SwinV2 and ResMLP on three layouts for 3 iterations."}
+    assert libai_main_claim_problems(good, ["a", "b"], ["c"], 1, ["pp2", "tp2", "dp2"], 3) == []
+
+
+def upstream_bug_sections(text):
+    """``{heading: body}`` of docs/upstream-bugs.md's numbered sections."""
+    parts = re.split(r"^## (\d+\. .*)$", text, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+def repro_problems(text, root=ROOT):
+    """A numbered section without a ``Repro:`` line naming an existing ``tools/repro/`` script, or a
+    ``No repro script:`` line saying why."""
+    problems = []
+    for heading, body in upstream_bug_sections(text).items():
+        repro = re.search(r"^Repro: .*?`(tools/repro/[\w.]+)", body, re.M)
+        none = re.search(r"^No repro script: \S.{20,}", body, re.M)
+        if repro and not os.path.isfile(os.path.join(root, repro.group(1))):
+            problems.append(f"{heading}: {repro.group(1)} does not exist")
+        elif not repro and not none:
+            problems.append(f"{heading}: neither a 'Repro: `tools/repro/...`' nor a 'No repro script: why' line")
+    return problems
+
+
+def test_every_upstream_bug_has_a_repro_or_says_why_not():
+    text = read(os.path.join(ROOT, "docs", "upstream-bugs.md"))
+    assert len(upstream_bug_sections(text)) >= 30
+    assert repro_problems(text) == []
+    assert repro_problems("## 1. A\n\nText.\n\n## 2. B\n\nRepro: `tools/repro/nope.py` prints it.\n") == [
+        "1. A: neither a 'Repro: `tools/repro/...`' nor a 'No repro script: why' line",
+        "2. B: tools/repro/nope.py does not exist"]
+
+
+# --- the word budget: what a newcomer reads in an hour --------------------------------------------
+
+FIRST_READ = ("README.md", "docs/tutorial.md", "docs/usage.md")
+FIRST_READ_WORDS, ALL_PAGES_WORDS = 3500, 35000
+
+
+def word_count(text):
+    """Words as ``wc -w`` counts them: runs of non-space characters."""
+    return len(text.split())
+
+
+def test_the_docs_fit_their_word_budget():
+    counts = {relative(p): word_count(read(p)) for p in doc_files()}
+    first = sum(counts[page] for page in FIRST_READ)
+    assert first <= FIRST_READ_WORDS, {page: counts[page] for page in FIRST_READ}
+    assert sum(counts.values()) <= ALL_PAGES_WORDS, sorted(counts.items(), key=lambda kv: -kv[1])[:8]
