@@ -87,10 +87,13 @@ def main():
     rank = flow.env.get_rank()
     np.random.seed(1234 + rank)  # unseeded augmentation: a different numpy stream per rank
     mixup = Mixup(mixup_alpha=1.0, cutmix_alpha=0.0, prob=1.0, label_smoothing=0.0, num_classes=NUM_CLASSES)
+    graphs = []  # kept to the end: a multi-rank graph destroyed while a peer still sends to it aborts OneFlow 0.9.0
+    # (comm_network.cpp:33 waiting_list.empty(), in CopyCommNetActor's destructor; seen once, dp2 x pp2)
     for use_mixup in (False, True):
         model = PairCheckModel()
         optimizer = flow.optim.SGD(model.parameters(), lr=0.0)
         graph = GraphBase(model, optimizer, is_train=True)
+        graphs.append(graph)
         for name, (trainer_cls, shard) in TRAINERS.items():
             loader = OneBatchLoader(local_batch(shard(), args.dp, with_aux=False), mixup if use_mixup else None)
             with EventStorage(0) as storage:
