@@ -62,8 +62,8 @@ def check_graph_options(fp16=False, zero_optim=False, grad_acc_steps=1, data_par
       does; toy sizes may not), so these layouts are refused as a whole.
     * Tensor parallelism: a column-parallel layer's bias whose gradient reaches it broadcast or partial (its
       output sliced along the split axis, as ChatGLM's ``query_key_value``) aborts the same way
-      (docs/upstream-bugs.md §38); the compiled job shows it, and ``refuse_split_bias_gradients`` refuses it
-      before the first step.
+      (docs/upstream-bugs.md §38), and so does LoRA's ``lora_B`` beside it; the compiled job shows both, and
+      ``refuse_split_gradients`` refuses them before the first step.
     """
     cuda = flow.cuda.is_available() if cuda is None else cuda
     if isinstance(grad_acc_steps, bool) or not isinstance(grad_acc_steps, int) or grad_acc_steps < 1:
@@ -119,48 +119,67 @@ def _sbp_names(nd_sbp):
     return names
 
 
-def split_bias_gradients(job):
-    """``[(op, sbp made, sbp taken)]`` of a compiled job (``graph._compiled_job_proto``): every bias gradient (a
-    ``reduce_sum_like`` output) that an op takes split along a hierarchy axis where it was made broadcast or partial."""
+# Ops a parameter's gradient passes through between the op that makes it and the optimizer's update
+GRADIENT_PASSES = ("hierarchical_parallel_cast", "cast", "identity", "scalar_mul")
+
+
+def split_gradients(job):
+    """``[(op, sbp made, sbp taken)]`` of a compiled job (``graph._compiled_job_proto``) where OneFlow 0.9.0's CPU
+    transport aborts (docs/upstream-bugs.md §38): a bias gradient (a ``reduce_sum_like`` output) taken split along a
+    hierarchy axis where it was made broadcast or partial, and any parameter's gradient made partial there and taken
+    split on its way to the optimizer's update (LoRA's ``lora_B`` beside ChatGLM's sliced ``query_key_value``).  A
+    weight's gradient made broadcast and taken split trains (measured), and is not listed."""
     signatures = job.job_parallel_view_conf.op_name2nd_sbp_signature_conf
-    made = {}
-    for op in job.net.op:
-        if op.WhichOneof("op_type") == "user_conf" and op.user_conf.op_type_name == "reduce_sum_like" and \
-                op.name in signatures and "y_0" in signatures[op.name].bn_in_op2nd_sbp:
-            made[op.user_conf.output["y"].s[0]] = (op.name, _sbp_names(signatures[op.name].bn_in_op2nd_sbp["y_0"]))
+    user_ops = [op for op in job.net.op if op.WhichOneof("op_type") == "user_conf" and op.name in signatures]
+    made = {}  # lbn: (producing op, its sbp names, op type)
+    for op in user_ops:
+        for key, names in op.user_conf.output.items():
+            for i, lbn in enumerate(names.s):
+                sbp = signatures[op.name].bn_in_op2nd_sbp.get(f"{key}_{i}")
+                if sbp is not None:
+                    made[lbn] = (op.name, _sbp_names(sbp), op.user_conf.op_type_name)
+    producers = {lbn: op for op in user_ops for names in op.user_conf.output.values() for lbn in names.s}
+    gradients = set()  # lbns on a parameter gradient's way from the op that makes it to the update
+    for op in user_ops:
+        if op.user_conf.op_type_name.endswith("_update") and "model_diff" in op.user_conf.input:
+            lbn = op.user_conf.input["model_diff"].s[0]
+            while lbn in producers and lbn not in gradients:
+                gradients.add(lbn)
+                producer = producers[lbn]
+                if producer.user_conf.op_type_name not in GRADIENT_PASSES:
+                    break
+                lbn = next(iter(producer.user_conf.input.values())).s[0]
     found = []
-    for op in job.net.op:
-        if op.WhichOneof("op_type") != "user_conf" or op.name not in signatures:
-            continue
+    for op in user_ops:
         for key, names in op.user_conf.input.items():
             for i, lbn in enumerate(names.s):
                 taken = signatures[op.name].bn_in_op2nd_sbp.get(f"{key}_{i}")
                 if lbn not in made or taken is None:
                     continue
-                producer, came = made[lbn]
-                taken = _sbp_names(taken)
-                if any(t != c and t.startswith("S") for c, t in zip(came, taken)):
-                    found.append((producer, ",".join(came), ",".join(taken)))
+                producer, came, kind = made[lbn]
+                aborting = ("B", "P") if kind == "reduce_sum_like" else ("P",) if lbn in gradients else ()
+                if any(c in aborting and t.startswith("S") for c, t in zip(came, _sbp_names(taken))):
+                    found.append((producer, ",".join(came), ",".join(_sbp_names(taken))))
     return found
 
 
-def refuse_split_bias_gradients(graph):
-    """Refuse a compiled CPU train graph under tensor parallelism before its first step if a bias gradient is split
-    there after being made broadcast or partial: OneFlow 0.9.0's CPU transport aborts every rank at that step
-    (``register.cpp:75``, docs/upstream-bugs.md §38).  Under data parallelism alone the same change (a partial
-    sum over the data-parallel ranks, split) trains: MAE's and SimCSE's graphs on dp2."""
-    if dist.get_dist_util().tensor_parallel_size == 1:
+def refuse_split_gradients(graph):
+    """Refuse a compiled CPU train graph under tensor parallelism before its first step if it holds a gradient
+    ``split_gradients`` lists: OneFlow 0.9.0's CPU transport aborts every rank at that step (``register.cpp:75``,
+    docs/upstream-bugs.md §38).  Under data parallelism alone the same change (a partial sum over the data-parallel
+    ranks, split) trains: MAE's and SimCSE's graphs on dp2."""
+    tp = dist.get_dist_util().tensor_parallel_size
+    if tp == 1:
         return
-    found = split_bias_gradients(graph._compiled_job_proto)
+    found = split_gradients(graph._compiled_job_proto)
     if found:
         modules = sorted({producer.split("-", 1)[0] for producer, _, _ in found})
         raise GraphConfigError(
-            f"graph.enabled=True on CPU ranks with train.dist.tensor_parallel_size="
-            f"{dist.get_dist_util().tensor_parallel_size}: the bias gradients of {', '.join(modules[:4])}"
-            f"{f' and {len(modules) - 4} more' if len(modules) > 4 else ''} reach their split bias "
-            f"{found[0][1]} -> {found[0][2]} (a column-parallel output sliced along its split axis), which aborts "
-            "every rank of OneFlow 0.9.0 at the first step (register.cpp:75 in the CPU transport; libai_ext's "
-            "docs/upstream-bugs.md section 38). Train this model in eager mode (graph.enabled=False) on "
+            f"graph.enabled=True on CPU ranks with train.dist.tensor_parallel_size={tp}: the gradients of "
+            f"{', '.join(modules[:4])}{f' and {len(modules) - 4} more' if len(modules) > 4 else ''} are made "
+            f"{found[0][1]} and taken {found[0][2]} (beside a column-parallel output sliced along its split axis), "
+            "which aborts every rank of OneFlow 0.9.0 at the first step (register.cpp:75 in the CPU transport; "
+            "libai_ext's docs/upstream-bugs.md section 38). Train this model in eager mode (graph.enabled=False) on "
             "tensor-parallel layouts, or in graph mode without tensor parallelism.")
 
 
@@ -310,7 +329,7 @@ class StepFedGraph:
         kwargs[graph_calls.STEP_INPUT] = graph_calls.step_input(seed, step, micro_batches(self), device)
         if not self._is_compiled and device == "cpu":  # compiled and checked here; nn.Graph runs it
             self._compile(*args, **kwargs)
-            refuse_split_bias_gradients(self)
+            refuse_split_gradients(self)
         outputs = super().__call__(*args, **kwargs)
         self.__dict__[_CALLS] = calls + 1
         return outputs
