@@ -88,7 +88,8 @@ def test_times_table(root=ROOT):
         lines.append(f"| {run['what']} | `{run['command']}` | {run['counts']} | {minutes} | {run['host']} |")
     slowest = times.get("largest", [])
     if slowest:
-        lines += ["", "The largest parts, from pytest's `--durations` of the CI run above:", "",
+        lines += ["", f"The largest parts, from pytest's `--durations` of {times.get('largest_of', 'the CI run above')}:",
+                  "",
                   "| part | minutes |", "|---|---|"]
         lines += [f"| {part['what']} | {part['minutes']:.1f} |" for part in slowest]
     moved = times.get("moved_to_long", [])
