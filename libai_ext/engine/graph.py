@@ -130,22 +130,20 @@ def split_gradients(job):
     split on its way to the optimizer's update (LoRA's ``lora_B`` beside ChatGLM's sliced ``query_key_value``).  A
     weight's gradient made broadcast and taken split trains (measured), and is not listed."""
     signatures = job.job_parallel_view_conf.op_name2nd_sbp_signature_conf
+
+    def sbp_names(op, bn):
+        sbp = signatures[op.name].bn_in_op2nd_sbp.get(bn)
+        return None if sbp is None else _sbp_names(sbp)
     user_ops = [op for op in job.net.op if op.WhichOneof("op_type") == "user_conf" and op.name in signatures]
-    made = {}  # lbn: (producing op, its sbp names, op type)
-    for op in user_ops:
-        for key, names in op.user_conf.output.items():
-            for i, lbn in enumerate(names.s):
-                sbp = signatures[op.name].bn_in_op2nd_sbp.get(f"{key}_{i}")
-                if sbp is not None:
-                    made[lbn] = (op.name, _sbp_names(sbp), op.user_conf.op_type_name)
-    producers = {lbn: op for op in user_ops for names in op.user_conf.output.values() for lbn in names.s}
+    producers = {lbn: (op, f"{key}_{i}") for op in user_ops for key, names in op.user_conf.output.items()
+                 for i, lbn in enumerate(names.s)}
     gradients = set()  # lbns on a parameter gradient's way from the op that makes it to the update
     for op in user_ops:
         if op.user_conf.op_type_name.endswith("_update") and "model_diff" in op.user_conf.input:
             lbn = op.user_conf.input["model_diff"].s[0]
             while lbn in producers and lbn not in gradients:
                 gradients.add(lbn)
-                producer = producers[lbn]
+                producer = producers[lbn][0]
                 if producer.user_conf.op_type_name not in GRADIENT_PASSES:
                     break
                 lbn = next(iter(producer.user_conf.input.values())).s[0]
@@ -153,13 +151,16 @@ def split_gradients(job):
     for op in user_ops:
         for key, names in op.user_conf.input.items():
             for i, lbn in enumerate(names.s):
-                taken = signatures[op.name].bn_in_op2nd_sbp.get(f"{key}_{i}")
-                if lbn not in made or taken is None:
+                if lbn not in producers:
                     continue
-                producer, came, kind = made[lbn]
+                producer, bn = producers[lbn]
+                came, taken = sbp_names(producer, bn), sbp_names(op, f"{key}_{i}")
+                if came is None or taken is None:
+                    continue
+                kind = producer.user_conf.op_type_name
                 aborting = ("B", "P") if kind == "reduce_sum_like" else ("P",) if lbn in gradients else ()
-                if any(c in aborting and t.startswith("S") for c, t in zip(came, _sbp_names(taken))):
-                    found.append((producer, ",".join(came), ",".join(_sbp_names(taken))))
+                if any(c in aborting and t.startswith("S") for c, t in zip(came, taken)):
+                    found.append((producer.name, ",".join(came), ",".join(taken)))
     return found
 
 
