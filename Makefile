@@ -63,7 +63,7 @@ setup: $(STAMP)
 
 # The stamp depends on what the install reads (the project files and the host kernel's source): a second
 # `make setup` on a ready venv does nothing.
-$(STAMP): pyproject.toml setup.py libai_ext/random/_counter_kernel.c
+$(STAMP): pyproject.toml setup.py libai_ext/random/_counter_kernel.c $(wildcard libai_ext/random/keyed_op/*.*)
 	@if [ -z "$(PYTHON310)" ] || ! "$(PYTHON310)" -c 'import sys; assert sys.version_info[:2] == (3, 10)' 2>/dev/null; then \
 	  echo "make setup: Python 3.10 is required (oneflow 0.9.0 has no wheels for newer Pythons)." >&2; \
 	  echo "  Install it (e.g. 'pyenv install 3.10' or 'apt-get install python3.10 python3.10-venv')," >&2; \

@@ -127,7 +127,7 @@ def test_graph_gradient_accumulation_matches_eager_micro_batches(parity):
 # --- e. dropout and drop-path in a train graph: a new mask every step, the eager one --------
 
 MASK_MODES = ["eager", "graph_resumed", "libai_graph", "user_graph", "stock_eager", "stock_graph",
-              "user_graph_traces", "unkeyed"]
+              "user_graph_traces", "unkeyed", "keyed_ops"]
 
 
 @pytest.fixture(scope="module")
@@ -159,8 +159,13 @@ def assert_eager_masks(graph_masks, mode):
 
 def test_graph_steps_draw_the_eager_masks_and_resume_exactly(graph_masks):
     """Each GraphBase step (two micro-batches, masks on both stages) equals the eager step exactly:
-    steps 0-1 from the start, steps 2-3 after a state dict round trip into a fresh model and graph."""
+    steps 0-1 from the start, steps 2-3 after a state dict round trip into a fresh model and graph; the
+    element-wise dropouts there computed by the keyed-dropout op where it is built (``setup.py``)."""
     assert_eager_masks(graph_masks, "graph_resumed")
+    from libai_ext.random import keyed_op
+    for rank, modes in graph_masks.items():
+        # three Dropout calls a step, forward and backward; DropPath's per-sample masks take the int32 ops
+        assert modes["keyed_ops"] == ([6, 6] if keyed_op.load() else [0, 0]), (rank, keyed_op.status())
 
 
 @pytest.mark.parametrize("mode", ["libai_graph", "user_graph"])

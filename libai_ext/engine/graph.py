@@ -29,6 +29,7 @@ from oneflow.nn.graph import GraphModule
 from libai.utils import distributed as dist
 
 from ..compat import cpu_graph_shared_params, layout, patching
+from ..random import keyed_op
 from ..random.draws import current_step
 from ..random.modes import layer_seed
 from ..random.layers import graph_calls
@@ -358,6 +359,7 @@ def feed_step(graph):
 
     Its class becomes ``step_fed_class(type(graph))`` (patch ``step_fed_graph``): nothing else about it changes.
     """
+    log_mask_path()
     if isinstance(graph, StepFedGraph):
         return graph
     if graph._is_compiled:
@@ -366,6 +368,12 @@ def feed_step(graph):
     patching.replace(graph, "__class__", step_fed_class(type(graph)), patching.DECLARED["step_fed_graph"].why,
                      patch="step_fed_graph")
     return graph
+
+
+@functools.lru_cache(maxsize=None)
+def log_mask_path():
+    """Say once which path the dropouts of step-fed graphs take (the keyed-dropout op, or int32 ops and why)."""
+    logger.info(f"libai_ext: {keyed_op.status()[1]}")
 
 
 class GraphBase(StepFedGraph, nn.Graph):

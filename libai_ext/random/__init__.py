@@ -4,6 +4,7 @@
 * ``modes``: ``train.randomness`` (``"layout_invariant"`` or ``"fast"``) and the layers' seed;
 * ``seeding``: python, numpy and OneFlow seeded per ``train.seed_scope`` before the trainer exists;
 * ``counter_rng``: layout-invariant bits, a hash of (seed, stream, counter, global position);
+* ``keyed_op``: the keyed-dropout op (a OneFlow user op built at install) that graphs run: mask and apply in a pass;
 * ``shard_rng``: OneFlow generators seeded per shard (the "fast" mode);
 * ``devices``: the one CUDA device a rank seeds, saves and restores (its own);
 * ``rng_state``: each rank's generator states, captured and restored (``checkpoint.rng_state`` saves them);

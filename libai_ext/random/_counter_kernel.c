@@ -24,30 +24,23 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "counter_hash.h" /* keyed_op/ */
+
 #define MAX_DIMS 16
 
-static const uint32_t HI_MULTIPLIERS[3] = {0x9E3779B1u, 0x85EBCA6Bu, 0xC2B2AE35u};
-
+/* The rotate of counter_spec.permute (the bits() of initial weights and other draws): the masks' rounds, their
+ * keep decisions and the high word's multipliers are counter_hash.h's, shared with the keyed-dropout op. */
 static inline uint32_t rotate_mix(uint32_t x) { return ((x << 16) | (x >> 16)) - ((x >> 31) << 16); }
 
-static inline uint32_t quadratic(uint32_t x, uint32_t d) { return x * (2u * x - d); }
-
-/* The masks' R: x * 2**16 + trunc(signed(x) / 2**16); C's signed division truncates. */
-static inline uint32_t rotate_trunc(uint32_t x) { return (x << 16) + (uint32_t)((int32_t)x / 65536); }
-
-static inline uint32_t rounds(uint64_t index, const uint32_t *keys, uint32_t (*rotate)(uint32_t)) {
+static inline uint32_t permute(uint64_t index, const uint32_t *keys) {
     uint32_t hi = (uint32_t)(index >> 32);
     uint32_t x = (uint32_t)index * keys[0] - keys[1];
     for (int round = 0; round < 3; round++) {
-        x = quadratic(rotate(x), keys[2 + round]);
-        x -= hi * HI_MULTIPLIERS[round];
+        x = counter_quadratic(rotate_mix(x), keys[2 + round]);
+        x -= hi * counter_hi_multiplier(round);
     }
     return x;
 }
-
-static inline uint32_t permute(uint64_t index, const uint32_t *keys) { return rounds(index, keys, rotate_mix); }
-
-static inline uint32_t mask_permute(uint64_t index, const uint32_t *keys) { return rounds(index, keys, rotate_trunc); }
 
 typedef struct {
     int ndim;
@@ -140,10 +133,6 @@ static int read_keys(PyObject *keys, uint32_t out[5]) {
         }                                                                                         \
     } while (0)
 
-static inline uint8_t keep_half(uint32_t word, int low, int level) {
-    uint32_t half = low ? (word & 0xFFFFu) : (word >> 16);
-    return (uint8_t)((int)(half ^ 0x8000u) >= level);
-}
 
 static PyObject *keep_mask(PyObject *self, PyObject *args) {
     PyObject *out_obj, *terms, *keys_obj;
@@ -192,15 +181,15 @@ static PyObject *keep_mask(PyObject *self, PyObject *args) {
         uint8_t *row = values + position;
         if (whole_rows) {
             for (int64_t k = 0; k < words; k++) {
-                uint32_t word = mask_permute((uint64_t)(row_base + k), keys);
-                row[k] = keep_half(word, 0, level);
-                if (k + words < columns) row[k + words] = keep_half(word, 1, level);
+                uint32_t word = counter_mask_permute((uint64_t)(row_base + k), keys);
+                row[k] = (uint8_t)counter_keep_half(word, 0, level);
+                if (k + words < columns) row[k + words] = (uint8_t)counter_keep_half(word, 1, level);
             }
         } else {
             for (Py_ssize_t i = 0; i < width; i++) {
                 int low = column[i] >= words;
                 int64_t k = low ? column[i] - words : column[i];
-                row[i] = keep_half(mask_permute((uint64_t)(row_base + k), keys), low, level);
+                row[i] = (uint8_t)counter_keep_half(counter_mask_permute((uint64_t)(row_base + k), keys), low, level);
             }
         }
         for (int d = last - 1; d >= 0; d--) {

@@ -20,7 +20,9 @@ For every gradient accumulation in ``--accs``, four steps in each mode:
 * ``stock_graph``: stock LiBai: the model with OneFlow's ``nn.Dropout`` (LiBai's layers use it) in
   LiBai's ``GraphBase``, and ``stock_eager``, the same model in eager mode (what stock's graph draws);
 * ``unkeyed``: a bare ``nn.Graph`` around libai_ext's layers: its first call must fail, naming
-  the layer (a frozen mask is impossible); records the error message.
+  the layer (a frozen mask is impossible); records the error message;
+* ``keyed_ops``: how many ``libai_ext_keyed_dropout`` ops (``libai_ext.random.keyed_op``) each compiled
+  ``graph_resumed`` graph holds (0 where the op library is not built: the int32-op path).
 
 Every rank records every mode's outputs (replicated to all ranks).
 """
@@ -37,6 +39,7 @@ from libai_ext import seed_everything
 from libai_ext.compat import graph_proxy_v0_1
 from libai_ext.engine.graph import GraphBase, feed_step
 from libai_ext.random.layers import DropPath, Dropout, UnkeyedGraphDraw, name_stochastic_layers
+from libai_ext.random import keyed_op
 from libai_ext.random.draws import drawing_step
 from libai_ext.testing import write_rank_result
 
@@ -131,11 +134,18 @@ def graph_steps(acc, graph, steps, first_step=0):
     return outputs
 
 
+KEYED_OPS = []  # per graph_run graph: its keyed-dropout ops
+
+
 def graph_run(acc, steps=STEPS, state=None, first_step=0):
     model, optimizer = new_model()
     if state is not None:
         model.load_state_dict(state)
-    return graph_steps(acc, TrainGraph(model, optimizer, grad_acc_steps=acc), steps, first_step), model
+    graph = TrainGraph(model, optimizer, grad_acc_steps=acc)
+    outputs = graph_steps(acc, graph, steps, first_step)
+    KEYED_OPS.append(sum(op.HasField("user_conf") and op.user_conf.op_type_name == keyed_op.OP
+                         for op in graph._compiled_job_proto.net.op))
+    return outputs, model
 
 
 def resumed_run(acc):
@@ -180,6 +190,7 @@ def main():
             write_rank_result(acc=acc, mode=mode, outputs=outputs)
         write_rank_result(acc=acc, mode="user_graph_traces", outputs=UserGraph.traces)
         write_rank_result(acc=acc, mode="unkeyed", outputs=unkeyed_error(acc))
+        write_rank_result(acc=acc, mode="keyed_ops", outputs=KEYED_OPS[-2:])
 
 
 if __name__ == "__main__":

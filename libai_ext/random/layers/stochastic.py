@@ -40,8 +40,8 @@ import oneflow as flow
 from oneflow import nn
 from oneflow.nn.graph.proxy import ProxyModule
 
-from .. import draws, modes
-from ..counter_rng import GPU_LAUNCH_BYTES, call_keys, keep_mask, local_keep_mask, stream_words
+from .. import draws, keyed_op, modes
+from ..counter_rng import GPU_LAUNCH_BYTES, call_keys, keep_level, keep_mask, local_keep_mask, stream_words
 from ..global_index import mask_layout, replicated
 from ..shard_rng import local_device, shard_coordinates, shard_generator
 from . import graph_calls
@@ -85,6 +85,15 @@ def _masked(x, keep, scale):
     for part in apply_chunks(flat_x.shape[0], chunk):
         flat_out[part] = flat_x[part] * (flat_keep[part].to(x.dtype) * scale)
     return out
+
+
+def runs_keyed_op(x, mask_shape):
+    """Whether a call masks ``x`` with the keyed-dropout op (``random.keyed_op``): an element-wise mask, traced in a
+    graph (any device) or eager off the CPU (eager CPU ranks run the host loop), where the op has a kernel for x."""
+    if mask_shape is not None:
+        return False
+    device = x.placement.type if x.is_global else x.device.type
+    return (x.is_lazy or device != "cpu") and keyed_op.serves(x)
 
 
 def apply_chunks(elements, chunk):
@@ -146,6 +155,8 @@ class _CounterStream(nn.Module):
         call, keys = step.draw(self, self.stream)
         if (self.randomness or step.mode) == "fast":
             return self._drop_native(x, step, call, mask_shape, mask_sbp)
+        if runs_keyed_op(x, mask_shape):
+            return self._keyed_op(x, keys, step)
         shape = tuple(mask_shape or x.shape)
         if not x.is_global:
             keep = local_keep_mask(shape, (0,) * len(shape), shape, keys, self.rate, x.device, step.rows)
@@ -167,17 +178,24 @@ class _CounterStream(nn.Module):
 
     def _drop_traced(self, x, mask_shape, mask_sbp):
         """Inside ``nn.Graph`` (``self`` is then OneFlow's proxy of the layer): the counter-based
-        mask in both modes.  OneFlow 0.9.0's graph dropout ignores the generator it is given
+        mask in both modes, an element-wise one computed and applied by the keyed-dropout op where it serves.  OneFlow 0.9.0's graph dropout ignores the generator it is given
         (measured: every dropout of every graph draws one mask sequence, whatever the seeds and
         ``flow.manual_seed``), so "fast" has no per-layer, per-shard stream there."""
         layer = self.to(nn.Module) if isinstance(self, ProxyModule) else self
         step, call = graph_calls.traced_draw(layer, x, name=f"{type(layer).__name__} {layer.stream!r}")
         keys = call_keys(stream_words(step.seed, layer.stream), step.hashed, call)
+        if runs_keyed_op(x, mask_shape):
+            return self._keyed_op(x, keys, step)
         shape = tuple(mask_shape or x.shape)
         sbp = replicated(tuple(mask_sbp or x.sbp)) if x.is_global else None
         keep = keep_mask(shape, self.rate, keys, x.placement if x.is_global else None, sbp,
                          None if x.is_global else x.device, step.rows)
         return apply_keep(x, keep, self.scale)
+
+    def _keyed_op(self, x, keys, step):
+        """Mask and apply in one pass (the bits and gradient of ``local_keep_mask`` and ``apply_keep``)."""
+        micro = step.rows.micro if step.rows is not None else 0
+        return keyed_op.keyed_dropout(x, keys, keep_level(self.rate), self.scale, micro)
 
     def _drop_native(self, x, step, call, mask_shape, mask_sbp):
         coordinates = shard_coordinates(x.placement, mask_sbp or x.sbp) if x.is_global else ()

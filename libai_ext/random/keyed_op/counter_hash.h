@@ -2,9 +2,8 @@
  *
  * For a mask read as a matrix (counter_spec.mask_columns) whose rows have `columns` elements: the keep
  * decision of element (row, column), from the keys (C, a, d1, d2, d3) and keep_level `level` alone, so
- * any kernel computes any element it holds without the others.  Used by the fused op sketch
- * (tools/fused_op/keyed_dropout_op.cpp); _counter_kernel.c still carries its own copy of these functions
- * until it includes this header (tools/fused_op/check_keyed_dropout.py compares the two).
+ * any kernel computes any element it holds without the others: the keyed-dropout op's CPU and CUDA kernels
+ * (keyed_dropout.cpp) and the host loop of ../_counter_kernel.c.
  */
 #ifndef LIBAI_EXT_COUNTER_HASH_H_
 #define LIBAI_EXT_COUNTER_HASH_H_
