@@ -22,9 +22,10 @@ def test_refuses_clearly_where_oneflow_sees_no_gpu():
 
 def test_checks_planned_per_gpu_count():
     assert [(name, ranks) for name, ranks, _ in gpu_check.planned_checks(1)] == [
-        ("masks", 1), ("simulation", 1), ("mask cost", 1), ("graph step", 1), ("resume", 1), ("generators", 1)]
+        ("masks", 1), ("keyed op", 1), ("simulation", 1), ("mask cost", 1), ("graph step", 1), ("resume", 1),
+        ("generators", 1)]
     assert [(name, ranks) for name, ranks, _ in gpu_check.planned_checks(8)] == [
-        ("masks", 1), ("simulation", 1), ("mask cost", 1), ("graph step", 1), ("resume", 1), ("generators", 2),
+        ("masks", 1), ("keyed op", 1), ("simulation", 1), ("mask cost", 1), ("graph step", 1), ("resume", 1), ("generators", 2),
         ("pairing", 2),
         ("guard", 2)]
 

@@ -27,10 +27,14 @@ COST_SIZES = {"cuda": dict(mask_log2=24, step_iters=30, step_warmup=10, step_rep
 CHECKS = (
     ("masks", 1, "`libai_ext.random.layers` masks (the keyed values, `Dropout`, `DropPath`) drawn on CUDA "
                  "equal the CPU ones bit for bit"),
+    ("keyed op", 1, "the keyed-dropout op's CUDA kernels, built here first (`python -m "
+                    "libai_ext.random.keyed_op.build --cuda`): eager and in a train graph's `Dropout`, its output on "
+                    "CUDA equals its CPU kernel's bit for bit; one call within "
+                    f"{MASK_TIME_TARGET}x the time of OneFlow's dropout"),
     ("simulation", 1, "`libai-ext-simulate-layout` on (4, 2, 2) with GPT-2 XL's shapes, its int32-op and "
                       "global-op paths on CUDA: every simulated rank's masks and values equal the 1-rank draw, "
                       "indices past 2**32 included"),
-    ("mask cost", 1, "the layout-invariant mask (OneFlow int32 ops, the path GPUs and graphs take) against "
+    ("mask cost", 1, "the layout-invariant mask from OneFlow int32 ops (where the keyed-dropout op is not built) against "
                      "OneFlow's own dropout (`flow._C.dropout`) on a "
                      f"2**{COST_SIZES['cuda']['mask_log2']}-element tensor in "
                      f"{', '.join(MASK_DTYPES)}: within {MASK_TIME_TARGET}x the time and {MASK_PEAK_TARGET}x "
@@ -191,6 +195,79 @@ def check_masks(device):
         expect(identical_bits(outputs["cpu"], outputs[device]), f"{layer_type.__name__} masks differ")
         compared += kept.size
     return f"{compared} values and mask elements identical to CPU"
+
+
+def check_keyed_op(device, workdir):
+    """The keyed-dropout op on ``device`` (its CUDA kernels built first there): eager and inside a train graph's
+    ``Dropout``, the CPU kernel's values bit for bit; one eager call's time against ``flow._C.dropout``."""
+    import statistics
+
+    import numpy as np
+    import oneflow as flow
+
+    from ..engine.graph import feed_step
+    from ..random import counter_rng, keyed_op
+    from ..random.draws import drawing_step
+    from ..random.keyed_op import build
+    from ..random.layers import Dropout, name_stochastic_layers
+    from ..random.layers.stochastic import dropout_scale
+
+    expect(keyed_op.load(), keyed_op.status()[1])
+    if device == "cuda" and not keyed_op.load_cuda():
+        build.build_cuda_library(log=os.path.join(workdir, "keyed_op_cuda.log"))
+        expect(keyed_op.load_cuda(), "the CUDA kernels built but did not load")
+    rate, keys = 0.3, counter_rng.stream_keys(1234, "gpu_check", 5, 1)
+    level, scale = counter_rng.keep_level(rate), dropout_scale(rate)
+    x = (flow.arange(64 * 1027, dtype=flow.float32).reshape(64, 1027) - 7) / 3
+    values = {name: keyed_op.keyed_dropout(x.to(name), keys, level, scale, 1).numpy() for name in ("cpu", device)}
+    expect(identical_bits(values["cpu"], values[device]), "eager: the op's values differ from its CPU kernel's")
+
+    class Model(flow.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = flow.nn.Parameter(flow.ones(x.shape[-1]))
+            self.drop = Dropout(rate, randomness="layout_invariant")
+
+        def forward(self, x):
+            return self.drop(x * self.w)
+
+    class Train(flow.nn.Graph):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+            self.add_optimizer(flow.optim.SGD(model.parameters(), lr=0.0))
+
+        def build(self, x):
+            y = self.model(x)
+            y.sum().backward()
+            return y
+
+    def graph_output(name):  # (a step-fed graph's tensors are global)
+        placement, broadcast = flow.placement(name, [0]), [flow.sbp.broadcast]
+        model = Model().to_global(placement=placement, sbp=broadcast).train()
+        name_stochastic_layers(model)
+        graph = feed_step(Train(model))
+        with drawing_step(3):
+            return graph(x.to_global(placement=placement, sbp=broadcast)).to_local().numpy()
+
+    graphs = {name: graph_output(name) for name in ("cpu", device)}
+    expect(identical_bits(graphs["cpu"], graphs[device]), "graph: the op's values differ from its CPU kernel's")
+    big = flow.ones(2 ** COST_SIZES[device]["mask_log2"] // 1024, 1024, device=device)
+    times = {"keyed op": [], "oneflow": []}
+    for _ in range(7):
+        for name, call in (("keyed op", lambda: keyed_op.keyed_dropout(big, keys, level, scale)),
+                           ("oneflow", lambda: flow._C.dropout(big, rate, True, False, None))):
+            call().numpy()[0, 0] if device == "cpu" else flow.cuda.synchronize()
+            start = time.perf_counter()
+            out = call()
+            flow.cuda.synchronize() if device == "cuda" else out.numpy()[0, 0]
+            times[name].append(time.perf_counter() - start)
+    ratio = statistics.median(times["keyed op"]) / statistics.median(times["oneflow"])
+    detail = (f"{values['cpu'].size} eager and graph values identical to CPU; one call {ratio:.2f}x OneFlow's "
+              f"dropout at 2^{COST_SIZES[device]['mask_log2']} elements"
+              + ("" if device == "cuda" else " (CPU ranks: no target applies)"))
+    expect(device != "cuda" or ratio <= MASK_TIME_TARGET, f"over {MASK_TIME_TARGET}x: {detail}")
+    return detail
 
 
 # --- cost against OneFlow's own dropout and stock LiBai ------------------------------------------
@@ -387,7 +464,7 @@ def check_guard(device, workdir):
 def planned_checks(gpus):
     """``[(name, ranks, check)]`` of the rows of ``CHECKS`` that ``gpus`` devices allow, in its order."""
     generator_ranks = 2 if gpus >= 2 else 1
-    functions = {"masks": (1, lambda device, workdir: check_masks(device)),
+    functions = {"masks": (1, lambda device, workdir: check_masks(device)), "keyed op": (1, check_keyed_op),
                  "simulation": (1, lambda device, workdir: check_simulation(device)),
                  "mask cost": (1, lambda device, workdir: check_mask_cost(device)),
                  "graph step": (1, check_graph_step), "resume": (1, check_resume),
