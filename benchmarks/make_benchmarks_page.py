@@ -42,12 +42,13 @@ GROUPS = [
       "trainer_overhead_gpt2_8ranks_10repeats_stock", "step_profile_gpt2_8ranks", "libai_zoo_step_time"]),
     ("Dropout masks and graph steps",
      "The layout-invariant mask against OneFlow's `flow._C.dropout` in one process (`benchmarks/mask_cost.py`): "
-     "*int ops* is the path of GPU ranks and graphs, *host loop* the C loop of eager CPU ranks; *peak* is a call's "
-     "growth of the peak resident set, *held* what its output and saved mask keep. The graph steps "
+     "*int ops* is the path taken where the keyed-dropout op is not built, *host loop* the C loop of eager CPU "
+     "ranks; *peak* is a call's growth of the peak resident set, *held* what its output and saved mask keep. In a "
+     "train graph (`--graph`), *keyed op* is what graphs run. The graph steps "
      "(`benchmarks/trainer_overhead.py --graph`) run LiBai's models in graph mode under both trainers. On a GPU, "
-     "`make gpu-check` measures the int-op path and the GPT-2 graph step.",
-     ["mask_cost", "trainer_overhead_gpt2_graph", "trainer_overhead_vit_graph", "trainer_overhead_demo_graph",
-      "step_profile_gpt2_1ranks_graph"]),
+     "`make gpu-check` measures the op, the int-op path and the GPT-2 graph step.",
+     ["mask_cost", "mask_cost_graph", "trainer_overhead_gpt2_graph", "trainer_overhead_vit_graph",
+      "trainer_overhead_demo_graph"]),
     ("The layout-invariant pieces",
      "Each piece of `train.randomness=\"layout_invariant\"` against the path it replaces, side by side in one run.",
      ["randomness_cost", "generator_bijection", "param_init_cost", "loader_keying", "augmentation_check", "mixup_cost",

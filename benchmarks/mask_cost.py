@@ -12,6 +12,10 @@ On a tensor of 2**k elements (shape (2**k / 1024, 1024), p = 0.1, training, ``x.
   GPUs take (on CPU tensors with the host loop switched off: the simulated GPU path);
 * ``host loop``: the same layer as eager CPU ranks run it (the mask from the compiled host loop).
 
+With ``--graph``, one step of a train ``nn.Graph`` of ``dropout(x * w).sum()``: OneFlow's dropout, libai_ext's
+``Dropout`` as graphs run it (the keyed-dropout op: ``keyed op``), and the same with the op switched off
+(``int ops``).
+
 Time: one forward call from a device sync to a device sync, the variants interleaved call by call in
 one process (each repeat starts one variant later), median over ``--repeats``, and its ratio to
 ``oneflow``.  Memory, each measurement a fresh process (interleaved over the repeats, median): *peak*
@@ -141,18 +145,18 @@ def time_variants(sizes, dtype, device, repeats):
 
 # ---- a train graph: the mask inside nn.Graph ----------------------------------------------------
 
-GRAPH_VARIANTS = ("oneflow", "keyed")
+GRAPH_VARIANTS = ("oneflow", "keyed op", "int ops")
 
 
 def train_graph(variant, x):
-    """A train ``nn.Graph`` of ``dropout(x * w).sum()`` (SGD, ``w`` over the last dim) on ``x``'s placement:
-    OneFlow's ``nn.Dropout`` or libai_ext's keyed ``Dropout`` (the graph fed the step, as the trainer does)."""
+    """A train ``nn.Graph`` of ``dropout(x * w).sum()`` (SGD, lr 0, ``w`` over the last dim) on ``x``'s placement:
+    OneFlow's ``nn.Dropout``, or libai_ext's keyed ``Dropout`` (the graph fed the step, as the trainer does) computed
+    by the keyed-dropout op (``keyed op``) or, the op switched off while the graph compiles, by int32 ops."""
     import oneflow as flow
 
     from libai_ext.engine.graph import feed_step
+    from libai_ext.random import keyed_op
     from libai_ext.random.layers import Dropout, name_stochastic_layers
-    sys.path.insert(0, os.path.join(ROOT, "tools", "fused_op"))
-    import op_checks  # its train graph, shared
 
     class Model(flow.nn.Module):
         def __init__(self):
@@ -164,17 +168,34 @@ def train_graph(variant, x):
         def forward(self, x):
             return self.drop(x * self.w).sum()
 
+    class Train(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.add_optimizer(flow.optim.SGD(model.parameters(), lr=0.0))
+
+        def build(self, x):
+            loss = self.model(x)
+            loss.backward()
+            return loss
+
     model = Model().train()
     name_stochastic_layers(model)
-    graph = op_checks.train_graph(model, flow.optim.SGD(model.parameters(), lr=0.0))
-    return feed_step(graph) if variant == "keyed" else graph
+    graph = Train() if variant == "oneflow" else feed_step(Train())
+    if variant == "keyed op" and not keyed_op.load():
+        raise SystemExit(f"--graph: {keyed_op.status()[1]}")
+    return graph
 
 
 def time_graph_steps(size, device, repeats):
     """``({variant: [wall seconds per step]}, {variant: [CPU seconds]})`` of ``train_graph``'s steps at 2**size
     elements on 1 rank, the variants interleaved step by step (each repeat starts one variant later)."""
+    import contextlib
+    from unittest import mock
+
     import oneflow as flow
 
+    from libai_ext.random import keyed_op
     from libai_ext.random.draws import drawing_step
 
     x = make_input(2 ** size, "float32", device).detach().to_global(
@@ -186,7 +207,9 @@ def time_graph_steps(size, device, repeats):
         for name in GRAPH_VARIANTS[shift:] + GRAPH_VARIANTS[:shift]:
             sync()
             start, start_cpu = time.perf_counter(), time.process_time()
-            with drawing_step(repeat + 1):
+            # The route is chosen while a graph traces (its first call): "int ops" traces with the op switched off.
+            off = mock.patch.object(keyed_op, "KERNELS", {}) if name == "int ops" else contextlib.nullcontext()
+            with drawing_step(repeat + 1), off:
                 graphs[name](x).to_local().numpy()
             if repeat >= 0:
                 times.setdefault(name, []).append(time.perf_counter() - start)
@@ -450,7 +473,7 @@ def main():
     if args.graph:
         text = "\n\n".join(graph_table(size, *time_graph_steps(size, args.device, args.repeats)) for size in args.sizes)
         publish(f"{args.device}, float32, p = {RATE}: one train step of an nn.Graph of dropout(x * w).sum() on 1 rank, "
-                f"median of {args.repeats} steps interleaved with the other variant's.\n\n{text}\n", args.out,
+                f"median of {args.repeats} steps interleaved with the other variants'.\n\n{text}\n", args.out,
                 title=f"Dropout masks in a train graph: the keyed mask against OneFlow's dropout, {args.device}")
         return 0
     times, cpu = time_variants(args.sizes, args.dtype, args.device, args.repeats)

@@ -13,13 +13,14 @@ rank 0, so the word index past 2**32 where the real one is), one chunk of rows o
 * ``graph``: ``counter_rng.keep_mask`` with a placement (the global ops ``nn.Graph`` traces, with a graph's tensor
   keys and micro-batch) on a part of rank 0's box, OneFlow's share of the global ops played by the simulator;
 * ``host loop``: the same with the compiled CPU kernel (eager CPU ranks);
+* ``keyed op``: ``random.keyed_op.keyed_dropout`` (what graphs, and eager ranks off the CPU, run where the op is
+  built): one op forward, one backward (the same op on dy), counted on its CPU kernel;
 * ``native``: ``flow._C.dropout`` (its backward, ``dropout_grad``, runs inside OneFlow's autograd where Python
   cannot wrap it: its reads and writes are its signature's, dy and the mask in, dx out);
 * apply (``stochastic.apply_keep``), forward and backward through autograd.
 
 bf16: OneFlow 0.9.0's CPU has no bf16 dropout or multiply kernels; the fp32 ops are counted and their float
-tensors priced at 2 bytes.  The fused-op sketch of ``tools/fused_op`` is not counted: it needs OneFlow v0.9.0
-headers the wheel lacks, so it cannot be built here.
+tensors priced at 2 bytes.
 """
 import argparse
 import contextlib
@@ -34,7 +35,7 @@ sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 import oneflow as flow  # noqa: E402
 
-from libai_ext.random import counter_rng, global_index  # noqa: E402
+from libai_ext.random import counter_rng, global_index, keyed_op  # noqa: E402
 from libai_ext.random.layers import stochastic  # noqa: E402
 from libai_ext.testing import simulate_layout as sim  # noqa: E402
 
@@ -112,8 +113,9 @@ def counting(host_kernel=False):
     for name in FLOW_OPS:
         saved[(flow, name)] = getattr(flow, name)
         setattr(flow, name, counter.wrap(name, saved[(flow, name)]))
-    saved[(flow._C, "dropout")] = flow._C.dropout
-    flow._C.dropout = counter.wrap("dropout", flow._C.dropout)
+    for owner, name in ((flow._C, "dropout"), (keyed_op, "_dispatch")):
+        saved[(owner, name)] = getattr(owner, name)
+        setattr(owner, name, counter.wrap(name, saved[(owner, name)]))
     kernel = counter_rng._counter_kernel
     if host_kernel and kernel is not None:
         class Kernel:
@@ -173,6 +175,13 @@ def count_chunk(site, path, device_type="cuda"):
             with counting() as mask:
                 y = flow._C.dropout(x, RATE, True, False, flow.Generator())
             return elements, mask, None, None
+        if path == "keyed op":
+            with counting() as mask:
+                y = keyed_op.keyed_dropout(x, keys, counter_rng.keep_level(RATE), stochastic.dropout_scale(RATE))
+            dy = flow.ones(y.shape)
+            with counting() as backward:
+                y.backward(dy)
+            return elements, mask, None, backward
         if path == "graph":
             keep, mask = count_graph_mask(site, lo, hi, keys, rows)
         else:
@@ -235,15 +244,21 @@ def init_counts(shape=(64, 1536)):
     return int(np.prod(shape)), counter
 
 
+PATHS = ("int ops", "graph", "host loop", "keyed op", "native")
+
+
 def count_all():
     """Everything the page and scale.md read: ``{"sites": {...}, "init": {...}}``."""
     sites = {}
     for name, (site, uses) in mask_sites().items():
         row = {"uses": uses, "shape": tuple(site.shape)}
-        for path in ("int ops", "graph", "host loop", "native"):
+        for path in PATHS:
             elements, mask, forward, backward = count_chunk(site, path)
             entry = {"passes": mask.passes(elements), "dispatches": mask.dispatches,
                      "bytes": {k: mask.bytes[k] / elements for k in (False, True)}}
+            if forward is None and backward is not None:  # the keyed op: mask and apply in its one op each way
+                entry["backward"] = {"passes": backward.passes(elements), "dispatches": backward.dispatches,
+                                     "bytes": {k: backward.bytes[k] / elements for k in (False, True)}}
             if forward is not None:
                 entry["apply"] = {"passes": forward.passes(elements) + backward.passes(elements),
                                   "dispatches": forward.dispatches + backward.dispatches,
@@ -272,6 +287,8 @@ def step_bytes(counts, path, bf16):
         e = row[path]
         if path == "native":
             per = e["bytes"][bf16] + 1 + native_backward_bytes(bf16)
+        elif path == "keyed op":
+            per = e["bytes"][bf16] + e["backward"]["bytes"][bf16]
         else:
             per = e["bytes"][bf16] + e["apply"]["forward bytes"][bf16] + e["apply"]["backward bytes"][bf16]
         total += row["uses"] * row["elements"] * per
@@ -282,9 +299,14 @@ def table(counts):
     lines = ["| site (rank 0's box) | path | passes (mask + apply fwd/bwd) | bytes/elem fp32: mask, apply fwd, bwd "
              "| bf16 | chunks per use | eager launches per step |", "|---|---|---|---|---|---|---|"]
     for name, row in counts["sites"].items():
-        for path in ("int ops", "graph", "host loop", "native"):
+        for path in PATHS:
             e = row[path]
-            if path == "native":  # + the 1-byte mask the op keeps inside (its Python result is y alone)
+            if path == "keyed op":  # mask and apply: one op forward, one backward
+                b = e["backward"]
+                fp = f"{e['bytes'][False]:.0f} (fwd), {b['bytes'][False]:.0f} (bwd)"
+                bf = f"{e['bytes'][True]:.0f}, {b['bytes'][True]:.0f}"
+                passes = f"{e['passes']} + {b['passes']} (bwd)"
+            elif path == "native":  # + the 1-byte mask the op keeps inside (its Python result is y alone)
                 fp = f"{e['bytes'][False]:.0f} + 1 (fwd), {native_backward_bytes(False)} (bwd)"
                 bf = f"{e['bytes'][True]:.0f} + 1, {native_backward_bytes(True)}"
                 passes = f"{e['passes']} + 1 (bwd)"

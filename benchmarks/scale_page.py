@@ -82,10 +82,12 @@ def page(exponent):
     sites = counts["sites"]
     masks = sum(row["uses"] * row["elements"] for row in sites.values())
     seconds = {(path, bf16): step_bytes(counts, path, bf16) / HBM_BYTES_PER_S
-               for path in ("int ops", "graph", "native") for bf16 in (False, True)}
+               for path in ("int ops", "graph", "keyed op", "native") for bf16 in (False, True)}
     launches = sum(row["launches"] * row["uses"] for row in sites.values())
     probs, init = sites["attention-probs dropout"]["int ops"], counts["init"]
     graph = sites["attention-probs dropout"]["graph"]
+    fused = sites["attention-probs dropout"]["keyed op"]
+    fused_launches = sum(row["uses"] * 2 for row in sites.values())
     init_s = params * init["bytes"][False] / HBM_BYTES_PER_S
     native_forward = sites["attention-probs dropout"]["native"]["bytes"][False] + 1  # + the mask it keeps inside
     step_s = STEP_FLOPS / (DP * TP * PP) / GPU_FLOPS
@@ -114,9 +116,13 @@ billion parameters costs that multiple of an ordinary random init of the same sh
 {init["passes"]} passes and {init["bytes"][False]:.0f} bytes per element, counted (`benchmarks/mask_count.py`), {init_s:.1f} s
 per rank at HBM bandwidth. The ranks draw in parallel: the re-draw grows with the parameters per rank only.
 
-## Dropout masks: the int-op path's share of a step
+## Dropout masks: their share of a step
 
-On a GPU (and inside `nn.Graph`) masks are built from OneFlow int32 ops. `benchmarks/mask_count.py` counts them at
+Graphs, and eager ranks off the CPU, mask and apply a dropout in one op each way where libai_ext's keyed-dropout op
+is built (`random/keyed_op`: at install for CPU; its CUDA kernels by `python -m libai_ext.random.keyed_op.build
+--cuda`, which `make gpu-check` runs). It reads x and writes y, {fused["bytes"][False]:.0f} bytes per element forward
+and {fused["backward"]["bytes"][False]:.0f} backward (fp32), one launch each way: {fused_launches} launches per rank
+and step. Where it is not built, masks are built from OneFlow int32 ops. `benchmarks/mask_count.py` counts them at
 each mask site's real position on rank 0 (the attention probabilities' word index past 2^32): making the attention
 mask takes {probs["passes"]} passes and {probs["bytes"][False]:.0f} bytes per element ({graph["passes"]} and {graph["bytes"][False]:.0f} in a graph), applying it
 {probs["apply"]["forward bytes"][False]:.0f} bytes forward and {probs["apply"]["backward bytes"][False]:.0f} backward
@@ -129,14 +135,16 @@ step per rank:
 |---|---|---|---|
 | int-op path, mask + apply forward and backward | {seconds["int ops", False]:.2f} | {seconds["int ops", True]:.2f} | {seconds["int ops", False] / step_s:.0%} |
 | the same in `nn.Graph` | {seconds["graph", False]:.2f} | {seconds["graph", True]:.2f} | {seconds["graph", False] / step_s:.0%} |
+| the keyed-dropout op, forward and backward | {seconds["keyed op", False]:.2f} | {seconds["keyed op", True]:.2f} | {seconds["keyed op", False] / step_s:.0%} |
 | `flow._C.dropout` forward and backward | {seconds["native", False]:.2f} | {seconds["native", True]:.2f} | {seconds["native", False] / step_s:.0%} |
 
 A step is {step_s:.1f} s here: 6 flops per parameter and token over 1,024 GPUs at half of an A100's 312 dense
 TFLOPS. Eager GPU ranks cut masks into chunks of {chunk_words('cuda') / 1e6:.0f} million words (at most
 {GPU_LAUNCH_BYTES / 2 ** 30:.0f} GiB of temporaries a launch): {sites["attention-probs dropout"]["chunks"]} per attention use,
-{launches:,} eager ops per rank per step (counted), tens of microseconds each.
-What brings the path near native is one fused kernel (hash, mask and apply in registers); the CPU host kernel of
-`random/_counter_kernel.c` is that fusion on the host, eager CPU ranks run it; a CUDA one does not exist yet.
+{launches:,} eager ops per rank per step (counted), tens of microseconds each, where the op is not built.
+The op's CUDA kernels compile here (CUDA 13, compile only) and have not run on a GPU: OneFlow 0.9.0 is a CUDA 11.7
+build and no host here has one. Eager CPU ranks run the host loop of `random/_counter_kernel.c` (the same
+per-element function, `random/keyed_op/counter_hash.h`) and apply the mask in a second pass.
 
 ## Checkpoints: random state and data position
 
