@@ -35,6 +35,15 @@ class BuildExtWithKeyedOp(build_ext):
         except Exception as error:  # optional, as the host loop is: the int32-op path serves, and says so
             print(f"libai_ext: WARNING: the keyed-dropout op was not built ({error}); graph dropouts will use "
                   "OneFlow int32 ops", file=sys.stderr)
+            return
+        if not builder.gpu_seen(sys.executable):
+            print("libai_ext: no GPU seen: the keyed-dropout op's CUDA kernels are not built")
+            return
+        try:
+            print(f"libai_ext: built its CUDA kernels: {builder.build_cuda_library(sys.executable, folder)}")
+        except Exception as error:
+            print(f"libai_ext: WARNING: the keyed-dropout op's CUDA kernels were not built ({error}); GPU dropouts "
+                  "will use OneFlow int32 ops", file=sys.stderr)
 
 
 setup(ext_modules=[Extension("libai_ext.random._counter_kernel", ["libai_ext/random/_counter_kernel.c"],

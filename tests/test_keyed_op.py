@@ -99,7 +99,7 @@ def test_which_calls_run_the_op(monkeypatch):
     assert not runs_keyed_op(call("cuda", True), (4, 1))
 
 
-def test_without_the_library_the_int_op_path_serves_and_the_graph_says_so(monkeypatch, caplog):
+def test_without_the_library_the_int_op_path_serves_and_the_build_says_so(monkeypatch, caplog):
     from libai_ext.engine import graph as engine_graph
 
     monkeypatch.setattr(keyed_op, "_library", {"path": None, "error": "not built here (a test)"})
@@ -109,7 +109,7 @@ def test_without_the_library_the_int_op_path_serves_and_the_graph_says_so(monkey
     engine_graph.log_mask_path.cache_clear()
     with caplog.at_level(logging.INFO, logger="libai_ext.engine.graph"):
         engine_graph.feed_step(flow.nn.Graph())
-    assert "graph dropouts use OneFlow int32 ops" in caplog.text
+    assert "dropout masks in graphs and on GPUs use OneFlow int32 ops" in caplog.text
     engine_graph.log_mask_path.cache_clear()
 
 

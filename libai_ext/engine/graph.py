@@ -372,7 +372,8 @@ def feed_step(graph):
 
 @functools.lru_cache(maxsize=None)
 def log_mask_path():
-    """Say once which path the dropouts of step-fed graphs take (the keyed-dropout op, or int32 ops and why)."""
+    """Say once which path dropout masks take in graphs and on GPUs (the keyed-dropout op, or int32 ops and why):
+    when a graph is fed the step, and when ``ConsistentBatchTrainer`` builds its model."""
     logger.info(f"libai_ext: {keyed_op.status()[1]}")
 
 

@@ -19,7 +19,7 @@ from ..random import DEFAULT_RANDOMNESS, preserved_rng_state
 from ..random.draws import current_step, drawing_step
 from .batch import consistent_batch
 from .global_loader import layout_invariant, order_train_loaders, use_global_test_order, wants_global_order
-from .graph import check_graph_config, feed_step
+from .graph import check_graph_config, feed_step, log_mask_path
 from .model_work import check_trained, model_work, wrap_build_model
 from .hooks import RawLossWriter
 from .stage0_loading import Stage0OnlyLoader, stage0_only_loading
@@ -214,6 +214,7 @@ class ConsistentBatchTrainer(DefaultTrainer):
     @classmethod
     def build_model(cls, cfg):
         """LiBai's build, inside libai_ext's model-side work (``engine.model_work``)."""
+        log_mask_path()
         return model_work(cfg, functools.partial(super().build_model, cfg), "LiBai's build_model")
 
     @classmethod

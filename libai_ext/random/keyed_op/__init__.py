@@ -61,13 +61,15 @@ def load_cuda(path=None):
 
 
 def status():
-    """``(loaded, what)``: whether graphs' dropouts run the op, as a sentence for the build log."""
-    if load():
-        where = "CPU and CUDA" if _library["cuda"] else "CPU"
-        gpus = ("" if _library["cuda"] or not flow.cuda.is_available() else
-                "; on GPUs int32 ops, until its CUDA kernels are built (python -m libai_ext.random.keyed_op.build --cuda)")
-        return True, f"the keyed-dropout op computes {where} graph dropouts in one pass{gpus}"
-    return False, f"graph dropouts use OneFlow int32 ops (about 30 passes over memory): {_library['error']}"
+    """``(loaded, what)``: which path dropout masks take in graphs and on GPUs, as a sentence for the build log."""
+    if not load():
+        return False, f"dropout masks in graphs and on GPUs use OneFlow int32 ops (about 30 passes): {_library['error']}"
+    if _library["cuda"]:
+        return True, "the keyed-dropout op computes dropout masks in one pass: in graphs, and eagerly on GPUs"
+    if flow.cuda.is_available():
+        return True, ("the keyed-dropout op computes CPU graphs' dropout masks in one pass; on GPUs OneFlow int32 "
+                      "ops do, until its CUDA kernels are built (python -m libai_ext.random.keyed_op.build --cuda)")
+    return True, "the keyed-dropout op computes graphs' dropout masks in one pass"
 
 
 def serves(x):

@@ -44,6 +44,13 @@ def wheel_flags(python=sys.executable):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def gpu_seen(python=sys.executable):
+    """Whether ``python``'s OneFlow sees a CUDA device (where the CUDA kernels are worth building)."""
+    proc = subprocess.run([python, "-c", "import oneflow; print(oneflow.cuda.is_available())"], capture_output=True,
+                          text=True)
+    return proc.returncode == 0 and proc.stdout.strip().endswith("True")
+
+
 def cuda_home():
     for root in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
         if root and os.path.exists(os.path.join(root, "include", "cuda_fp16.h")):
