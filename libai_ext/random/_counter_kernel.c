@@ -28,19 +28,9 @@
 
 #define MAX_DIMS 16
 
-/* The rotate of counter_spec.permute (the bits() of initial weights and other draws): the masks' rounds, their
- * keep decisions and the high word's multipliers are counter_hash.h's, shared with the keyed-dropout op. */
-static inline uint32_t rotate_mix(uint32_t x) { return ((x << 16) | (x >> 16)) - ((x >> 31) << 16); }
-
-static inline uint32_t permute(uint64_t index, const uint32_t *keys) {
-    uint32_t hi = (uint32_t)(index >> 32);
-    uint32_t x = (uint32_t)index * keys[0] - keys[1];
-    for (int round = 0; round < 3; round++) {
-        x = counter_quadratic(rotate_mix(x), keys[2 + round]);
-        x -= hi * counter_hi_multiplier(round);
-    }
-    return x;
-}
+/* counter_spec.permute (initial weights and other draws); the masks' rounds, keep decisions and the high word's
+ * multipliers are all counter_hash.h's, shared with the keyed-dropout op. */
+static inline uint32_t permute(uint64_t index, const uint32_t *keys) { return counter_rounds(index, keys, 1); }
 
 typedef struct {
     int ndim;

@@ -26,15 +26,23 @@ COUNTER_HASH_FN uint32_t counter_quadratic(uint32_t x, uint32_t d) { return x * 
 /* The masks' R: x * 2**16 + trunc(signed(x) / 2**16); C's signed division truncates. */
 COUNTER_HASH_FN uint32_t counter_rotate_trunc(uint32_t x) { return (x << 16) + (uint32_t)((int32_t)x / 65536); }
 
-/* counter_spec.mask_permute: the 32-bit word at a 64-bit word index. */
-COUNTER_HASH_FN uint32_t counter_mask_permute(uint64_t index, const uint32_t keys[5]) {
+/* counter_spec.rotate_mix, the R of counter_spec.permute (every draw but the masks). */
+COUNTER_HASH_FN uint32_t counter_rotate_mix(uint32_t x) { return ((x << 16) | (x >> 16)) - ((x >> 31) << 16); }
+
+/* The rounds after A of the 32-bit word at a 64-bit index: counter_spec.permute (mix) or mask_permute. */
+COUNTER_HASH_FN uint32_t counter_rounds(uint64_t index, const uint32_t keys[5], int mix) {
     uint32_t hi = (uint32_t)(index >> 32);
     uint32_t x = (uint32_t)index * keys[0] - keys[1];
     for (int round = 0; round < 3; round++) {
-        x = counter_quadratic(counter_rotate_trunc(x), keys[2 + round]);
+        x = counter_quadratic(mix ? counter_rotate_mix(x) : counter_rotate_trunc(x), keys[2 + round]);
         x -= hi * counter_hi_multiplier(round);
     }
     return x;
+}
+
+/* counter_spec.mask_permute: the 32-bit word a mask reads at a 64-bit word index. */
+COUNTER_HASH_FN uint32_t counter_mask_permute(uint64_t index, const uint32_t keys[5]) {
+    return counter_rounds(index, keys, 0);
 }
 
 /* counter_spec.keep: the half's 16 bits, sign bit flipped, at least `level`. */
