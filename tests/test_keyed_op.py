@@ -3,8 +3,8 @@
 * Built at install (``setup.py``) with the OneFlow wheel's headers only; its per-element function is
   ``counter_hash.h``, which the host loop of ``_counter_kernel.c`` includes too (so tests/test_counter_rng.py's
   checks of the host loop, indices past 2**32 included, check the op's hash).
-* Eager, on local tensors and micro-batches of a step, and on global tensors of 2 ranks (every split axis,
-  broadcast and partial sum, hierarchies (2,), (1, 2) and (2, 1)): ``y`` and ``dx`` bitwise those of the mask
+* Eager, on local tensors and micro-batches of a step, and on global tensors of 4 ranks (every split axis,
+  broadcast and partial sum, hierarchies (4,), (2, 2), (1, 4) and (4, 1)): ``y`` and ``dx`` bitwise those of the mask
   ``counter_rng.local_keep_mask`` draws (the specification's bits) applied by ``apply_keep``.
 * In graphs it is what libai_ext's ``Dropout`` runs: tests/test_graph.py counts its ops in the compiled job and
   holds every graph step to the eager masks (pp2, two micro-batches); LiBai's models in graph mode follow
@@ -54,13 +54,13 @@ def test_eager_output_and_gradient_are_the_keyed_masks(rate, micro, micro_batche
 
 
 def test_every_ranks_box_on_every_sbp_and_hierarchy_is_the_one_rank_mask(tmp_path):
-    """Eager global tensors on 2 ranks (rank_scripts/keyed_op_boxes.py): each rank computes its own slice, from the
+    """Eager global tensors on 4 ranks (rank_scripts/keyed_op_boxes.py): each rank computes its own slice, from the
     placement's hierarchy and the sbp, of the 1-rank mask, for y and dx."""
     from libai_ext.testing import launch
 
-    result = launch(rank_script("keyed_op_boxes.py"), 2, timeout=300, workdir=str(tmp_path / "logs"))
+    result = launch(rank_script("keyed_op_boxes.py"), 4, timeout=300, workdir=str(tmp_path / "logs"))
     for rank, (record,) in records_of_every_rank(result, count=1).items():
-        assert record["cases"] > 300 and record["mismatched"] == [], (rank, record)
+        assert record["cases"] > 200 and record["mismatched"] == [], (rank, record)
 
 
 def test_float64_is_served_and_other_dtypes_are_not():
