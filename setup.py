@@ -27,8 +27,8 @@ class BuildExtWithKeyedOp(build_ext):
     def run(self):
         super().run()
         builder = _keyed_op_builder()
-        folder = os.path.dirname(self.get_ext_fullpath("libai_ext.random.keyed_op._keyed_dropout"))
-        os.makedirs(folder, exist_ok=True)
+        # keyed_op/lib/ of the package being built (in place for an editable install)
+        folder = os.path.join(os.path.dirname(self.get_ext_fullpath("libai_ext.random.keyed_op.x")), "lib")
         try:
             path = builder.build_library(sys.executable, folder)
             print(f"libai_ext: built the keyed-dropout op: {path}")

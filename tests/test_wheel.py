@@ -1,8 +1,8 @@
 """The package as a user installs it: ``pip wheel .`` builds a wheel that installs into a fresh venv beside
 the installed LiBai, and its tools run from there.
 
-What proves the wheel complete, not this checkout: the wheel holds every module of ``libai_ext/`` and the
-compiled host kernel, its metadata the licence, the version and every console script; the fresh venv
+What proves the wheel complete, not this checkout: the wheel holds every module of ``libai_ext/``, the
+compiled host kernel and the keyed-dropout op (which loads in the fresh venv), its metadata the licence, the version and every console script; the fresh venv
 sees the dependencies of this test's venv (OneFlow, LiBai, ...) through a folder that links each of them
 but not libai_ext, so pip resolves the wheel's requirements against them with no index (beside pip's LiBai
 0.1.1 here) and installs libai_ext alone; the tools then run from another folder with no ``PYTHONPATH``,
@@ -73,6 +73,7 @@ def test_the_wheel_holds_every_module_the_kernel_the_licence_and_the_scripts(whe
                if name.endswith(".py")}
     assert len(modules) > 80 and modules - names == set()
     assert any(re.fullmatch(r"libai_ext/random/_counter_kernel\..*\.so", name) for name in names), sorted(names)
+    assert any(re.fullmatch(r"libai_ext/random/keyed_op/lib/_keyed_dropout-\w+\..*\.so", name) for name in names)
     name = re.sub(r"[-_.]+", "-", metadata["Name"]).lower()  # as pip normalises it
     assert (name, metadata["Version"], metadata["License"]) == ("libai-ext", libai_ext.__version__, "Apache-2.0")
     assert "Apache License" in licence and "Version 2.0, January 2004" in licence
@@ -123,9 +124,10 @@ def test_the_wheel_installs_beside_the_installed_libai_and_its_tools_run(wheel, 
     assert (refused.returncode, len(refused.stderr.splitlines())) == (2, 1), refused.stderr
     imported = run(python, "-c", (
         "import importlib, pkgutil, libai_ext\n"
-        "from libai_ext.random import counter_rng\n"
+        "from libai_ext.random import counter_rng, keyed_op\n"
         "names = [m.name for m in pkgutil.walk_packages(libai_ext.__path__, 'libai_ext.')]\n"
         "[importlib.import_module(name) for name in names]\n"
-        "print(libai_ext.__file__, len(names), counter_rng._counter_kernel is not None)"), cwd=tmp_path, env=env)
-    where, count, kernel = imported.stdout.split()[-3:]
-    assert where.startswith(fresh_site) and int(count) > 80 and kernel == "True", imported.stdout
+        "print(libai_ext.__file__, len(names), counter_rng._counter_kernel is not None, keyed_op.load())"),
+        cwd=tmp_path, env=env)
+    where, count, kernel, op = imported.stdout.split()[-4:]
+    assert where.startswith(fresh_site) and int(count) > 80 and kernel == op == "True", imported.stdout

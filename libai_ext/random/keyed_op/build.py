@@ -20,6 +20,8 @@ SOURCE = os.path.join(HERE, "keyed_dropout.cpp")
 SHIMS = os.path.join(HERE, "shims")
 LIBRARY = "_keyed_dropout"  # + the interpreter's extension suffix, beside this file: the op and its CPU kernel
 CUDA_LIBRARY = "_keyed_dropout_cuda"  # its CUDA kernels (built where a GPU and nvcc are: make gpu-check)
+# No package: Python's module finders (pkgutil.walk_packages) must not take a library for an extension module.
+LIBRARY_FOLDER = os.path.join(HERE, "lib")
 COMMON = ["-std=c++14", "-O2", "-DNDEBUG", "-fPIC"]
 
 
@@ -27,11 +29,11 @@ class BuildError(RuntimeError):
     """Why the op library could not be built here."""
 
 
-def library_path(oneflow_lib, folder=HERE, name=LIBRARY):
+def library_path(oneflow_lib, folder=None, name=LIBRARY):
     """Where the library built for the OneFlow installed at ``oneflow_lib`` lies: it links that installation's
     ``_oneflow_internal`` (each venv builds and loads its own, from one checkout)."""
     tag = hashlib.blake2b(os.path.realpath(oneflow_lib).encode(), digest_size=5).hexdigest()
-    return os.path.join(folder, f"{name}-{tag}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}")
+    return os.path.join(folder or LIBRARY_FOLDER, f"{name}-{tag}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}")
 
 
 def wheel_flags(python=sys.executable):
@@ -103,11 +105,12 @@ def _install(built, output):
     return output
 
 
-def build_library(python=sys.executable, folder=HERE, log=None):
+def build_library(python=sys.executable, folder=LIBRARY_FOLDER, log=None):
     """Build the op and its CPU kernel for ``python``'s OneFlow into ``folder``; returns the library's path or
     raises ``BuildError`` saying why not."""
     wheel = wheel_flags(python)
     output = library_path(wheel[3], folder)
+    os.makedirs(folder, exist_ok=True)
     built = f"{output}.{os.getpid()}.tmp"
     ok, _, _, error = compile_library(SOURCE, *repaired_flags(wheel), built, log)
     if not ok:
@@ -115,11 +118,12 @@ def build_library(python=sys.executable, folder=HERE, log=None):
     return _install(built, output)
 
 
-def build_cuda_library(python=sys.executable, folder=HERE, log=None, arch="sm_80"):
+def build_cuda_library(python=sys.executable, folder=LIBRARY_FOLDER, log=None, arch="sm_80"):
     """Build the CUDA kernels (the same source, compiled by nvcc, linked against the CUDA runtime) into ``folder``;
     the op itself and its CPU kernel are ``build_library``'s, loaded first."""
     wheel = wheel_flags(python)
     output = library_path(wheel[3], folder, CUDA_LIBRARY)
+    os.makedirs(folder, exist_ok=True)
     built = f"{output}.{os.getpid()}.tmp"
     compile_flags, link_flags = repaired_flags(wheel)
     ok, _, _, error = compile_cuda_object(SOURCE, compile_flags, built + ".o", log, arch)
