@@ -79,6 +79,8 @@ $(STAMP): pyproject.toml setup.py libai_ext/random/_counter_kernel.c $(wildcard 
 	# the wheels through its RPATH, which would also win over a CUDA host's own libraries.
 	$(PY) -m pip install -q --no-build-isolation -e ".[dev$$(ldconfig -p | grep -q 'libcudnn.so.8 ' \
 	  && ldconfig -p | grep -q 'libcublas.so.11 ' || echo ',cpu')]"
+	# The keyed-dropout op is built against an importable OneFlow: with the `cpu` extra, only once it is installed.
+	$(PY) -m libai_ext.random.keyed_op.build
 	$(PY) -c "import libai_ext, oneflow, libai; print('libai_ext environment ready: oneflow', oneflow.__version__)"
 	touch $(STAMP)
 
