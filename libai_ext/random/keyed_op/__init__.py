@@ -21,7 +21,6 @@ import oneflow
 import oneflow as flow
 import oneflow.sysconfig
 
-from .build import CUDA_LIBRARY, library_path
 
 OP = "libai_ext_keyed_dropout"
 # The devices and dtypes the loaded libraries have kernels for (keyed_dropout.cpp's REGISTER_KEYED_DROPOUT_KERNEL):
@@ -31,11 +30,17 @@ KERNELS = {"cpu": (flow.float32, flow.float64)}
 _library = {"path": None, "error": None, "cuda": None}
 
 
+def _library_path(cuda=False):
+    # (imported here: ``python -m libai_ext.random.keyed_op.build`` runs that module after this package's import)
+    from .build import CUDA_LIBRARY, LIBRARY, library_path
+    return library_path(oneflow.sysconfig.get_lib(), name=CUDA_LIBRARY if cuda else LIBRARY)
+
+
 def load(path=None):
     """Load the op library once (default: the one built beside this file), and its CUDA kernels where OneFlow sees
     a GPU and they were built; returns whether the op is loaded."""
     if _library["path"] is None and _library["error"] is None:
-        path = path or library_path(oneflow.sysconfig.get_lib())
+        path = path or _library_path()
         if not os.path.exists(path):
             _library["error"] = f"{os.path.basename(path)} was not built at install (no g++, CUDA headers or " \
                                 f"OneFlow at build time: see setup.py's output)"
@@ -52,7 +57,7 @@ def load(path=None):
 
 def load_cuda(path=None):
     """Load the CUDA kernels (``build.build_cuda_library``) after the op; returns whether CUDA tensors are served."""
-    path = path or library_path(oneflow.sysconfig.get_lib(), name=CUDA_LIBRARY)
+    path = path or _library_path(cuda=True)
     if _library["cuda"] is None and os.path.exists(path):
         flow.utils.load_library(path)
         _library["cuda"] = path
