@@ -95,6 +95,18 @@ def test_each_device_branch_of_serves(monkeypatch):
     assert keyed_op.serves(fake("cuda", flow.float16)) and not keyed_op.serves(fake("cpu", flow.float64))
 
 
+def test_the_build_log_names_the_path_of_each_host(monkeypatch):
+    """A GPU host without the CUDA kernels is told how to build them; with them, eager GPU masks run the op too."""
+    keyed_op.load()
+    monkeypatch.setattr(flow.cuda, "is_available", lambda: False)
+    assert keyed_op.status() == (True, "the keyed-dropout op computes graphs' dropout masks in one pass")
+    monkeypatch.setattr(flow.cuda, "is_available", lambda: True)
+    loaded, what = keyed_op.status()
+    assert loaded and "on GPUs OneFlow int32 ops do" in what and "keyed_op.build --cuda" in what
+    monkeypatch.setitem(keyed_op._library, "cuda", "/a/built/_keyed_dropout_cuda.so")
+    assert keyed_op.status()[1].endswith("in graphs, and eagerly on GPUs")
+
+
 def test_which_calls_run_the_op(monkeypatch):
     """Graphs on any device and eager calls off the CPU (eager CPU ranks keep the host loop); element-wise masks
     only (DropPath's per-sample masks take the int32 ops)."""
