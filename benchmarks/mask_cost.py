@@ -50,15 +50,25 @@ TIME_TARGET, PEAK_TARGET, HELD_TARGET = 1.5, 1.25, 1.01
 
 
 def make_call(variant, device):
-    """A function ``x -> dropout(x)`` for ``variant`` (the layer is built once: its draws advance per call)."""
+    """A function ``x -> dropout(x)`` for ``variant`` (the layer is built once: its draws advance per call); None
+    where the variant does not run on ``device``.  Besides ``VARIANTS``: ``keyed op``, the keyed-dropout op
+    (what graphs, and eager calls off the CPU, run where it is built)."""
+    from unittest import mock
+
     import oneflow as flow
 
     from libai_ext.random.layers import Dropout
-    from libai_ext.random import counter_rng
+    from libai_ext.random import counter_rng, keyed_op
+    from libai_ext.random.layers.stochastic import dropout_scale
 
     if variant == "oneflow":
         generator = flow.Generator(device=device)
         return lambda x: flow._C.dropout(x, RATE, True, False, generator)
+    if variant == "keyed op":
+        if not (keyed_op.load() and device in keyed_op.KERNELS):
+            return None
+        keys, level = counter_rng.stream_keys(1, "mask_cost", 0), counter_rng.keep_level(RATE)
+        return lambda x: keyed_op.keyed_dropout(x, keys, level, dropout_scale(RATE))
     layer = Dropout(RATE, randomness="layout_invariant").train()
     if variant == "host loop":
         if device != "cpu" or counter_rng._counter_kernel is None:
@@ -66,10 +76,11 @@ def make_call(variant, device):
         return layer
     kernel = counter_rng._counter_kernel
 
-    def int_ops(x):  # the host loop switched off, as on a GPU
+    def int_ops(x):  # the host loop and the keyed-dropout op switched off: the path where neither is built
         counter_rng._counter_kernel = None
         try:
-            return layer(x)
+            with mock.patch.object(keyed_op, "KERNELS", {}):
+                return layer(x)
         finally:
             counter_rng._counter_kernel = kernel
     return int_ops
@@ -118,13 +129,13 @@ def sync():
     flow._oneflow_internal.eager.Sync()
 
 
-def time_variants(sizes, dtype, device, repeats):
+def time_variants(sizes, dtype, device, repeats, variants=VARIANTS):
     """``({(size, variant): [wall seconds per call]}, {...: [CPU seconds per call]})``, interleaved call
     by call; the CPU time is this process's, all threads (on a loaded host it still counts the work)."""
     times, cpu = {}, {}
     for size in sizes:
         x = make_input(2 ** size, dtype, device)
-        calls = {v: make_call(v, device) for v in VARIANTS}
+        calls = {v: make_call(v, device) for v in variants}
         calls = {v: c for v, c in calls.items() if c is not None}
         names = list(calls)
         for name in names:  # one warm-up call each

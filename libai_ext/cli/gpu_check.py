@@ -202,7 +202,6 @@ def check_keyed_op(device, workdir):
     ``Dropout``, the CPU kernel's values bit for bit; one eager call's time against ``flow._C.dropout``."""
     import statistics
 
-    import numpy as np
     import oneflow as flow
 
     from ..engine.graph import feed_step
@@ -252,17 +251,9 @@ def check_keyed_op(device, workdir):
 
     graphs = {name: graph_output(name) for name in ("cpu", device)}
     expect(identical_bits(graphs["cpu"], graphs[device]), "graph: the op's values differ from its CPU kernel's")
-    big = flow.ones(2 ** COST_SIZES[device]["mask_log2"] // 1024, 1024, device=device)
-    times = {"keyed op": [], "oneflow": []}
-    for _ in range(7):
-        for name, call in (("keyed op", lambda: keyed_op.keyed_dropout(big, keys, level, scale)),
-                           ("oneflow", lambda: flow._C.dropout(big, rate, True, False, None))):
-            call().numpy()[0, 0] if device == "cpu" else flow.cuda.synchronize()
-            start = time.perf_counter()
-            out = call()
-            flow.cuda.synchronize() if device == "cuda" else out.numpy()[0, 0]
-            times[name].append(time.perf_counter() - start)
-    ratio = statistics.median(times["keyed op"]) / statistics.median(times["oneflow"])
+    size = COST_SIZES[device]["mask_log2"]
+    times, _ = checkout_module("mask_cost").time_variants([size], "float32", device, 7, ("oneflow", "keyed op"))
+    ratio = statistics.median(times[size, "keyed op"]) / statistics.median(times[size, "oneflow"])
     detail = (f"{values['cpu'].size} eager and graph values identical to CPU; one call {ratio:.2f}x OneFlow's "
               f"dropout at 2^{COST_SIZES[device]['mask_log2']} elements"
               + ("" if device == "cuda" else " (CPU ranks: no target applies)"))

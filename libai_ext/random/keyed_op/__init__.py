@@ -10,16 +10,15 @@ Which path a draw takes is ``serves``: the op where it is built and has a kernel
 dtype; the int32-op path otherwise (``counter_rng.keep_mask``).  ``status()`` says which, and why, for the trainer
 to log at build.
 
-May import OneFlow and ``counter_rng``'s keys; nothing else of libai_ext.
+May import OneFlow and its own ``build``; nothing else of libai_ext.
 """
 import functools
 import inspect
 import os
 
 import numpy as np
-import oneflow
 import oneflow as flow
-import oneflow.sysconfig
+import oneflow.sysconfig  # noqa: F401 (flow.sysconfig)
 
 
 OP = "libai_ext_keyed_dropout"
@@ -33,17 +32,17 @@ _library = {"path": None, "error": None, "cuda": None}
 def _library_path(cuda=False):
     # (imported here: ``python -m libai_ext.random.keyed_op.build`` runs that module after this package's import)
     from .build import CUDA_LIBRARY, LIBRARY, library_path
-    return library_path(oneflow.sysconfig.get_lib(), name=CUDA_LIBRARY if cuda else LIBRARY)
+    return library_path(flow.sysconfig.get_lib(), name=CUDA_LIBRARY if cuda else LIBRARY)
 
 
 def load(path=None):
-    """Load the op library once (default: the one built beside this file), and its CUDA kernels where OneFlow sees
-    a GPU and they were built; returns whether the op is loaded."""
+    """Load the op library once (default: the one built in ``lib/`` for this OneFlow), and its CUDA kernels where
+    OneFlow sees a GPU and they were built; returns whether the op is loaded."""
     if _library["path"] is None and _library["error"] is None:
         path = path or _library_path()
         if not os.path.exists(path):
-            _library["error"] = f"{os.path.basename(path)} was not built at install (no g++, CUDA headers or " \
-                                f"OneFlow at build time: see setup.py's output)"
+            _library["error"] = (f"{os.path.basename(path)} was not built (no g++, CUDA headers or importable OneFlow "
+                                 "at install): build it with python -m libai_ext.random.keyed_op.build")
         else:
             try:
                 flow.utils.load_library(path)

@@ -178,9 +178,10 @@ class _CounterStream(nn.Module):
 
     def _drop_traced(self, x, mask_shape, mask_sbp):
         """Inside ``nn.Graph`` (``self`` is then OneFlow's proxy of the layer): the counter-based
-        mask in both modes, an element-wise one computed and applied by the keyed-dropout op where it serves.  OneFlow 0.9.0's graph dropout ignores the generator it is given
-        (measured: every dropout of every graph draws one mask sequence, whatever the seeds and
-        ``flow.manual_seed``), so "fast" has no per-layer, per-shard stream there."""
+        mask in both modes, an element-wise one computed and applied by the keyed-dropout op where it serves.
+        OneFlow 0.9.0's graph dropout ignores the generator it is given (measured: every dropout of every graph
+        draws one mask sequence, whatever the seeds and ``flow.manual_seed``), so "fast" has no per-layer,
+        per-shard stream there."""
         layer = self.to(nn.Module) if isinstance(self, ProxyModule) else self
         step, call = graph_calls.traced_draw(layer, x, name=f"{type(layer).__name__} {layer.stream!r}")
         keys = call_keys(stream_words(step.seed, layer.stream), step.hashed, call)
