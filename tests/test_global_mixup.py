@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 import libai_ext
 from libai_ext import ConsistentBatchTrainer, GlobalMixup, mixup_step
 from libai_ext.random import modes
-from libai_ext.random.mixup_draws import MixDraw, draw_mix, mixup_options
+from libai_ext.random.global_mixup import MixDraw, draw_mix, mixup_options
 
 BATCH, CLASSES, HW = 32, 10, (8, 6)
 

@@ -5,7 +5,7 @@ when they name the same words.  What derives from it:
 
 * the data order: the Feistel round keys of ``index_shuffle`` (``key(seed, "order", epoch)``);
 * a sample's python, numpy and OneFlow seeds and a batch's ``collate_fn`` seeds (``sample_keys``);
-* the mixup/cutmix generator of a step (``mixup_draws``);
+* the mixup/cutmix generator of a step (``global_mixup``);
 * the counter hash's words of initial weights and of every stream's draw (``counter_rng``), and the step's
   key they derive a layer's draw from (``step_key``);
 * the per-shard generators of the "fast" mode (``shard_rng``) and the per-scope seeds (``seeding``).

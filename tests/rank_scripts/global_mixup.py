@@ -18,7 +18,7 @@ from libai.data.structures import DistTensorData, Instance
 from common import get_batch, layout_parser, on_stage0, replicated_on_stage0, run_or_die, setup_layout
 from libai_ext import ConsistentBatchTrainer, seed_everything
 from libai_ext.compat.layout import layout_coordinates
-from libai_ext.random.mixup_draws import draw_mix, mixup_options
+from libai_ext.random.global_mixup import draw_mix, mixup_options
 from libai_ext.testing import write_rank_result
 
 GLOBAL_BATCH, NUM_CLASSES, IMAGE = 32, 10, (3, 8, 8)
