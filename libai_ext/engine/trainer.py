@@ -84,51 +84,17 @@ def check_checkpoint_period(cfg, accumulation):
 class ConsistentBatchTrainer(DefaultTrainer):
     """A ``DefaultTrainer`` whose batches are built on pipeline stage 0 only.
 
-    Every ``DistTensorData`` field becomes global on stage 0 first and then moves to
-    the stage of its ``placement_idx``, so images and (mixed-up, soft) labels always
-    come from the same augmentation.  Data loaders give each sampler the shard that
-    its rank holds in the stage-0 placement.  Use it by setting
-    ``train.trainer = "libai_ext.ConsistentBatchTrainer"`` (see ``tools/train_net.py``).
-
-    Config keys: before anything is built, a key nobody reads is warned about with the closest
-    known one, and a misspelt key of libai_ext's is refused on every rank (``key_guard``).
-
-    Stage-0-only loading (``train.stage0_only_loading``, on by default): under pipeline
-    parallelism, ranks outside stage 0 neither read nor augment training samples.
-
-    Data order (``train.randomness="layout_invariant"``, the default, and no sampler of the
-    config's own): the global batch of each step is the same samples, augmented the same way,
-    on any data-parallel layout and accumulation split, and evaluation walks one global order
-    of the test set (``global_loader``); ``"fast"`` keeps LiBai's samplers.  The data position
-    is saved in checkpoints: a resume with another global batch continues at the next sample
-    (or, with LiBai's sampler, is refused).
-
-    Checkpoints commit atomically (``libai_ext.checkpoint.committed``): a save killed at any point
-    leaves the last committed checkpoint resumable, and ``--resume`` takes the newest intact one.
-    A second live run into the same output folder is refused (``output_lock``).
-
-    Preemption (``train.preemption``, ``libai_ext.lifetime.preemption``): on SIGTERM or SIGUSR1 the
-    ranks stop together after the next step, commit its checkpoint and exit with 143.
-
-    Randomness: checkpoints also hold every rank's python/numpy/OneFlow state, so
-    ``--resume`` continues the exact random streams; evaluation runs inside a saved and
-    restored random state, so it never shifts training's streams; stochastic layers of
-    ``libai_ext.random.layers`` are keyed by their qualified names.
-
-    Initial weights: under ``train.randomness="layout_invariant"`` (the default) every randomly
-    initialised parameter is re-drawn from ``train.seed``, its qualified name and each element's
-    global index, with the distribution the model's code asked for: the same initial model on
-    1 rank and on any (dp, tp, pp) layout.  Copies (a ``copy.deepcopy``'d EMA teacher, ``clone``,
-    ``load_state_dict``) and exact derivations follow their source (docs/init.md).  A parameter
-    that appears after ``build_model`` (created in ``forward``) is never trained, as the
-    optimizer is built right after: refused at the first forward (warned about under
-    ``"fast"``).  ``train.load_weight`` is loaded whenever training does not resume
-    (LiBai 0.1.1 ignores it without ``--resume``).  ``--resume`` with a larger
-    ``train.train_iter`` continues a finished run (``last_checkpoint`` = ``model_final``).
-
-    Mixup (``train.randomness="layout_invariant"``): applied to the global stage-0 batch, λ
-    and the cutmix box keyed by (``train.seed``, iteration), so neither the data-parallel
-    split nor a resume changes who is mixed with whom, or how much.
+    Every ``DistTensorData`` field becomes global on stage 0 first and then moves to the stage of its
+    ``placement_idx``, so images and (mixed-up, soft) labels come from the same augmentation.  Set
+    ``train.trainer = "libai_ext.ConsistentBatchTrainer"`` in a config, or subclass it in a project's script
+    (docs/usage.md).  Under ``train.randomness="layout_invariant"`` (the default) it also keeps every draw a
+    function of ``train.seed`` and the step: the data order and augmentation (``global_loader``), the global
+    mixup, initial weights (``engine.model_work``) and dropout masks (docs/randomness.md, docs/init.md).  Its
+    checkpoints commit atomically and hold the data position and every rank's random state, so ``--resume``
+    continues exactly (docs/resume.md, docs/checkpoints.md), and a second live run into its output folder is
+    refused; SIGTERM stops every rank after the next step
+    (docs/preemption.md).  Config keys nobody reads are warned about, libai_ext's misspelt ones refused
+    (docs/config-keys.md).
     """
 
     def __init_subclass__(cls, **kwargs):

@@ -1,43 +1,19 @@
-"""Any map-style dataset whose random augmentation is keyed by (seed, epoch, sample index).
+"""Any map-style dataset whose random augmentation is keyed by (seed, epoch, sample index) (docs/data_order.md).
 
-``KeyedAugmentation(dataset, seed)[batch]``, for an ``EpochBatch`` (what
-``GlobalOrderBatchSampler`` yields), is ``[dataset[i] for i in batch]`` with each sample read
-right after ``seed_streams(seed, batch.epoch, i)``: the dataset's own transforms (flowvision's or
-the user's, drawing from python ``random``, numpy's global stream or OneFlow's CPU generator)
-draw the same numbers for that sample on any rank, in any worker, at any position of any
-batch, and a new epoch draws new ones.  Generators the dataset holds itself
-(``owned_generators``: sites found by ``random.owned_generators``) are seeded again for each
-sample too, from (seed, epoch, index, attribute path).  The caller's streams are put back
-after the batch.
+``KeyedAugmentation(dataset, seed)[batch]``, for an ``EpochBatch`` (what ``GlobalOrderBatchSampler`` yields), is
+``[dataset[i] for i in batch]`` with each sample read right after ``seed_streams(seed, batch.epoch, i)``, generators
+the dataset owns re-seeded per sample (``owned_generators``), and the batch collated inside streams keyed by its
+step and first global position.  The caller's streams are put back after the batch.
 
-With a ``collate_fn`` the batch is collated here as well, inside streams keyed by (seed, epoch,
-optimizer step, first global position of the batch): whatever it draws is the same in any
-worker and after a resume (though not on another data-parallel split: the loader refuses a
-``collate_fn`` seen drawing, see ``engine.global_loader``).
-
-Whole batches, not single samples, because OneFlow's generator state costs milliseconds to
-save and restore (it waits for every queued kernel).  And OneFlow's generator is keyed per sample
-only where the dataset draws from it, which is read from the draws themselves, not from the names
-the dataset calls (it may reach OneFlow through any op, a ``Tensor`` method, a name bound at
-import): a batch is first read with python and numpy keyed per sample, while libai_ext's wrappers
-of OneFlow's random ops (``random.oneflow_draws``, installed by the trainer) report any call that
-reaches OneFlow, before its op runs.  Where nothing drew, the batch stands, and OneFlow was not
-touched: no wait for the rank's queued work (the training step's).  Where something drew, the
-caller's OneFlow stream is saved right before that draw and put back after the batch, and the batch
-is read again with OneFlow keyed per sample, and so is every later batch.
-
-A reference to OneFlow's own op taken before the wrappers existed (a default argument, a closure)
-draws unreported; the generator's state shows it.  Before such a read the generator is seeded with a
-probe seed: right after seeding, OneFlow 0.9.0's Mersenne Twister block is unused, so any draw
-regenerates it and the saved state changes.  Looking at the state waits for the rank's queued work,
-so the state is checked on every batch in loader workers (their queue holds only their own reads) and
-where no wrapper is installed (nothing would report a draw), and otherwise on the first batch of each
-epoch that the main process reads (a warning then says how many batches were read without the check).
-With a ``check`` (``random.augmentation_check.AugmentationCheck``, what the trainer passes) such a draw is
-refused by name instead, and on the batches the check is due on one sample is read again after every generator was
-disturbed (the check by effect).  ``benchmarks/loader_keying.py`` measures the keying.  So the loader takes the sampler as ``sampler``
-with ``batch_size=None`` (each of its items is a batch); with ``num_workers > 0`` the epoch travels
-with the batch.
+Whole batches, not samples, because OneFlow's generator state costs milliseconds to save and restore (it waits
+for every queued kernel).  So OneFlow's generator is keyed only where the dataset is seen drawing from it: a
+batch is first read with python and numpy keyed, while libai_ext's wrappers of OneFlow's random ops
+(``random.oneflow_draws``) report any call; where one drew, the batch is read again with OneFlow keyed too, and
+so is every later batch.  A draw the wrappers cannot see (a reference to OneFlow's op taken before they existed)
+shows in the generator's state after a probe seed (right after seeding, OneFlow 0.9.0's Mersenne Twister block
+is unused, so any draw regenerates it); that wait is paid on every batch in loader workers, and on each epoch's
+first batch in the main process.  With a ``check`` (``random.augmentation_check``) such a draw is refused by
+name, and on the batches the check is due on one sample is read again after every generator was disturbed.
 """
 import logging
 

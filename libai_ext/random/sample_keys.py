@@ -1,32 +1,17 @@
-"""Data randomness keyed by (seed, epoch, sample) instead of by who reads what, and when.
+"""Data randomness keyed by (seed, epoch, sample) instead of by who reads what, and when (docs/data_order.md).
 
-* ``epoch_order(seed, epoch, size)``: the order of a whole dataset in one epoch, a keyed
-  permutation computed per position (``index_shuffle``: O(1) memory, the global numpy stream
-  is left alone);
-* ``keyed_streams(seed, epoch, index)``: python ``random``, numpy's global stream and OneFlow's
-  CPU generator seeded for one sample, the caller's streams put back afterwards;
-* ``seed_batch_streams(seed, epoch, step, first_position)``: the same three streams for the
-  ``collate_fn`` of one batch; ``owned_generator_seed``: the seed of a generator a dataset owns,
-  per sample.
+* ``epoch_order(seed, epoch, size)``: the order of a whole dataset in one epoch, a keyed permutation computed per
+  position (``index_shuffle``);
+* ``seed_streams`` / ``keyed_streams``: python ``random``, numpy's global stream and OneFlow's CPU generator
+  seeded for one sample (flowvision 0.1.0's transforms draw from all three), the caller's streams put back after;
+* ``seed_batch_streams``: the same three for a batch's ``collate_fn``; ``owned_generator_seed``: a generator a
+  dataset owns, per sample.
 
-flowvision 0.1.0 draws from all three: ``RandomCrop``, ``RandomHorizontalFlip``,
-``RandomVerticalFlip`` and ``RandomApply`` from numpy; ``RandomOrder``, ``RandomChoice``,
-``RandomErasing`` and AutoAugment's ops from python; ``RandomResizedCrop``, ``ColorJitter`` and
-``RandomRotation`` from OneFlow (``uniform_``, ``randint``, ``randperm`` on the CPU generator).
-A sample augmented inside ``keyed_streams`` is the same whichever rank, worker or position
-reads it (the idea of Grain's per-record seeds).
-
-OneFlow's CPU generator is one object, but a rank's local tensors do not all run on one stream: on the
-rank of local index ``r > 0`` the factory ops (``randperm``, ``rand``, ``randint``, ``normal``...) make
-tensors on ``cpu:r`` and ``flow.empty`` on ``cpu:0``, two streams run by two threads.  Two draws queued
-on the two streams (``ColorJitter``'s ``randperm(4)``, then its ``empty(1).uniform_``) read the generator in
-whichever order the streams reach them, and that depends on what each has queued (the training step's
-global tensors live on ``cpu:r``).  ``draws_in_call_order`` makes each draw wait for the rank's queued work
-before it is queued, so keyed draws read the generator in the order Python calls them, as on 1 rank.
-
-One limit of OneFlow 0.9.0 (see ``rng_state``): its CPU generator's saved state omits the
-position within its 624-word block, so the caller's OneFlow CPU stream resumes from a block
-boundary, not from the exact draw it had reached.  Python's and numpy's resume exactly.
+``draws_in_call_order``: on local rank ``r > 0`` OneFlow's factory ops run on ``cpu:r`` and ``flow.empty`` on
+``cpu:0``, two streams sharing one generator (docs/upstream-bugs.md §30), so each keyed draw first waits for the
+rank's queued work and draws read the generator in the order Python calls them, as on 1 rank.  OneFlow 0.9.0's
+saved CPU generator state omits the position within its 624-word block, so the caller's OneFlow stream resumes
+from a block boundary (``rng_state``); python's and numpy's resume exactly.
 """
 import contextlib
 import random
