@@ -1,20 +1,12 @@
 """The batch path: a batch of local ``DistTensorData`` fields made global tensors, all from stage 0
-(``consistent_batch``, the body of ``ConsistentBatchTrainer.get_batch``).
+(``consistent_batch``, the body of ``ConsistentBatchTrainer.get_batch``; docs/the-bug.md).
 
-Stock LiBai makes each field global directly on the placement of its
-``placement_idx``, so each field keeps the local data of a *different* stage:
-images (idx 0) keep stage 0's augmentation, labels (idx -1) the last stage's.
-Here every field first becomes global on stage 0, the one source of truth, and
-only then moves to its own stage.  Fields already on stage 0 cost nothing extra;
-every other field costs one stage-to-stage transfer.
-
-``device_type`` is LiBai main's ``train.input_placement_device`` (``None`` on 0.1.1: the
-layout's device): as in main's stock ``get_batch``, mixup runs on that device and every
-field's placement is of that device kind.
-
-Mixup: in ``train.randomness="layout_invariant"`` (the default) it mixes the global stage-0
-batch (``global_mixup``: partners and λ independent of the data-parallel split); in
-``"fast"`` it mixes each rank's local batch, as stock LiBai does.
+Stock LiBai makes each field global directly on the placement of its ``placement_idx``, so images keep stage 0's
+augmentation and labels the last stage's.  Here every field becomes global on stage 0 first, then moves to its own
+stage (one stage-to-stage transfer for a field not on stage 0).  ``device_type`` is LiBai main's
+``train.input_placement_device`` (``None`` on 0.1.1: the layout's device), honoured as main's stock does.  Mixup
+mixes the global stage-0 batch under ``train.randomness="layout_invariant"`` (``global_mixup``), each rank's local
+batch under ``"fast"``, as stock does.
 """
 import oneflow as flow
 from libai.data.structures import DistTensorData

@@ -1,14 +1,10 @@
-"""Stage-0-only data loading: ranks outside pipeline stage 0 read and augment nothing.
+"""Stage-0-only data loading: ranks outside pipeline stage 0 read and augment nothing (docs/usage.md).
 
-With ``ConsistentBatchTrainer`` every field's data comes from stage 0, so the samples
-other stages read and augment are thrown away.  ``Stage0OnlyLoader`` replaces their
-loader: it yields placeholders, never touching the dataset.  At the first batch stage 0
-broadcasts each field's layout (name, shape, dtype, device, sbp, placement_idx) once;
-afterwards the other ranks yield LiBai ``Instance``s of zero tensors of that layout, on the
-device stage 0's tensors had, which ``to_global`` drops (``engine.batch.consistent_batch``
-treats both alike).  Stage 0 itself is untouched, so the batches are bit-identical to the
-default path.  Batch shapes must not change between steps (LiBai's training samplers always
-yield full micro-batches); the evaluation loaders keep the default path.
+Every field's data comes from stage 0, so what other stages would read is thrown away.  ``Stage0OnlyLoader``
+broadcasts the layout of stage 0's first batch once (name, shape, dtype, device, sbp, placement_idx); the other
+ranks then yield LiBai ``Instance``s of zero tensors of that layout, which ``to_global`` drops.  Stage 0 is
+untouched, so its batches are bit-identical to the default path.  Batch shapes must not change between steps
+(LiBai's training samplers always yield full micro-batches); evaluation loaders keep the default path.
 """
 import json
 

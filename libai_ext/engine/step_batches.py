@@ -1,21 +1,11 @@
 """Gradient accumulation in eager mode: a step's micro-batches made global as one batch.
 
-LiBai's eager trainer runs one micro-batch per iteration (it multiplies ``train_iter`` by
-``train.num_accumulation_steps``).  Under ``train.randomness="layout_invariant"`` the global batch of
-optimizer step ``t`` is the same samples on any layout, and so is each of its ``n`` micro-batches:
-micro-batch ``m`` is the positions ``[m * S, (m + 1) * S)`` of the step, ``S = dp * s``, of which the
-global-order sampler gives data-parallel rank ``r`` the ``s`` from ``m * S + r * s``.  A global
-mixup must pair and weigh the step's samples as one batch, as 1 rank with the whole batch does.
-
-``StepBatchLoader`` reads a step's ``n`` micro-batches at its first micro-step and yields their join (one
-LiBai ``Instance``) at each of the ``n`` micro-steps, marked with the micro-batch.  ``get_batch``
-(``engine.batch.consistent_batch``) makes the join one global stage-0 batch once (one mixup draw keyed by
-the step) and hands out micro-batch ``m`` as the rows ``[m * s, (m + 1) * s)`` of every data-parallel
-rank's block: the positions ``[m * S, (m + 1) * S)`` in order, the numbering the stochastic layers use
-for their masks (``libai_ext.random.global_index.StepRows``).  The joined step's row ``(r, m, i)``
-holds position ``m * S + r * s + i``; its flip (the global mixup's partner) holds ``G - 1`` minus
-that position, as on 1 rank.  A graph needs none of this: it takes the whole step at once and OneFlow
-splits each rank's rows the same way.
+LiBai's eager trainer runs one micro-batch per iteration.  A global mixup must pair and weigh the step's samples
+as one batch, as 1 rank with the whole batch does, so ``StepBatchLoader`` reads a step's ``n`` micro-batches at its
+first micro-step and yields their join at each of the ``n`` micro-steps; ``consistent_batch`` makes the join global
+once and hands out micro-batch ``m`` as rows ``[m * s, (m + 1) * s)`` of every data-parallel rank's block: the
+step's positions ``[m * S, (m + 1) * S)``, ``S = dp * s``, in the order the global-order sampler and the stochastic
+layers number them (docs/data_order.md).  A graph takes the whole step at once and needs none of this.
 """
 import oneflow as flow
 from libai.data.structures import DistTensorData, Instance

@@ -1,26 +1,15 @@
 """OneFlow's random ops, wrapped once under every name that reaches them: counted, and routed inside a forward.
 
-``watch_oneflow_draws()`` (explicit, idempotent, process-wide; forked loader workers inherit it)
-wraps every function of the random-op inventory (``oneflow_random_ops.INVENTORY``, which
-``tools/dev/random_op_inventory.py`` derives from OneFlow's registries; another OneFlow is refused):
+``watch_oneflow_draws()`` (explicit, idempotent, process-wide; forked loader workers inherit it) wraps every op of
+``oneflow_random_ops.INVENTORY`` (derived from OneFlow's registries by ``tools/dev/random_op_inventory.py``; another
+OneFlow is refused): under ``oneflow._C.<name>`` and every name that is it, the ``Tensor`` methods implemented in C
+that reach one, and every name a loaded module bound to one at import (``rebind_imported_names``).  Python code
+that looks the names up when it runs meets the wrappers too; a reference taken before (a default argument, a
+closure) is left to ``random.layers.stochastic_ops``'s check of the first forward.
 
-* under ``oneflow._C.<name>`` and the names that *are* it (``oneflow.rand``,
-  ``oneflow.nn.functional.dropout``...);
-* the ``Tensor`` methods implemented in C that reach one (``Tensor.bernoulli``, ``bernoulli_``);
-* every name a loaded module bound to one at import (``from oneflow.nn.functional import
-  dropout``, ``from oneflow._C import dropout``): ``rebind_imported_names``, run again when a
-  model is watched.  Modules imported later find the wrappers already in place.
-
-Python code that reaches them (``Tensor.uniform_``, ``Tensor.normal_``, ``nn.init.*``,
-``nn.Dropout``, a helper function) looks the names up when it runs, so it meets the wrappers too.
-What holds a reference taken before (a default argument, a closure) is left to
-``random.layers.stochastic_ops``'s check of the first forward.
-
-A wrapper counts the draw (``draw_count``), then calls OneFlow's own op, except inside a model's
-forward (``forwards`` not empty, or OneFlow tracing a graph), where it hands the call to the
-router ``random.layers.stochastic_ops`` installs (``set_router``).  Before a call reaches OneFlow's own op,
-the listeners of ``listening()`` hear of it (keyed augmentation: at the call, with no wait for the
-rank's queued work, which any look at a generator's state costs).
+A wrapper counts the draw (``draw_count``), tells the listeners of ``listening()`` (keyed augmentation: at the
+call, with no wait for queued work), then calls OneFlow's own op, except inside a model's forward or a graph's
+trace, where it hands the call to the router ``random.layers.stochastic_ops`` installs (``set_router``).
 """
 import contextlib
 import sys
