@@ -1,35 +1,20 @@
 """Counter-based random bits keyed by each element's *global* position ("layout_invariant").
 
-Every element of a (global) tensor gets 32 random bits that depend only on the keys of the
-draw and on the element's flat index in the global tensor, never on which rank computes them:
+An element's 32 bits depend only on the draw's keys and its flat index in the global tensor, never on the rank:
+replicas (``B``, and ``P`` read as ``B``) compute identical bits with no communication, shards (``S``) their slices
+of one global draw, the same for any placement. The bits are ``counter_spec``'s keyed permutation (docs/randomness.md),
+written with the int32 ops OneFlow 0.9.0 computes exactly on every device (measured on CPU): ``*`` and ``-``
+(wrapping), ``+`` and ``-`` of a Python int, comparisons, casts. ``+`` of two int32 tensors and unary ``-`` round
+through float32, so they are never used; there are no bitwise ops; ``//`` truncates toward zero, so ``rotate_mix``
+corrects it to the floor with one comparison.
 
-* replicas (``B``, and ``P`` read as ``B``) compute identical bits, with no communication;
-* shards (``S``) compute their own slices of one global draw;
-* the same keys give the same global tensor on 1 rank and on (2, 2, 2), for any placement.
+Dropout masks (``keep_mask``, ``local_keep_mask``) read two 16-bit elements per word of ``counter_spec.mask_permute``
+into a 1-byte mask: eager ranks hash their slice with local ops in row chunks (``CHUNK_WORDS``), CPU ranks in one host
+loop, ``nn.Graph`` traces global ops (``counter_bits`` with a placement). Under gradient accumulation a micro-batch's
+rows are numbered by their place in the step's global batch (``global_index.StepRows``).
 
-The bits are a keyed permutation of the index (``counter_spec`` states it with bit operations
-and proves each step a bijection): ``A`` (odd multiplier, offset), then three rounds of ``R`` (the
-high half moved down) and ``Q`` (the quadratic permutation ``x (2x - d)``).  Here it is written
-with the int32 ops OneFlow 0.9.0 computes exactly on every device (measured on CPU): ``*`` and
-``-`` (wrapping), ``+`` and ``-`` of a Python int, comparisons, and casts.  ``+`` of two int32
-tensors and unary ``-`` go through float32 and round, so they are never used; there are no
-bitwise ops; ``//`` truncates toward zero (about four multiplies' time on CPU), so ``R`` corrects
-its quotient to the floor with one comparison (``rotate_mix``).
-
-Dropout masks (``keep_mask``, ``local_keep_mask``) read two 16-bit elements from each word of
-``counter_spec.mask_permute`` (``R`` replaced by ``rotate_trunc``: one ``//``), into a 1-byte mask:
-eager ranks hash their slice in chunks of rows (``CHUNK_WORDS``), on CPU in one host loop instead.
-
-Where the index lives (``global_index``): eager ranks hash their own slice with local ops
-(``local_counter_bits``), ``nn.Graph`` traces the same bits from global ops (``counter_bits``
-with a placement); under gradient accumulation a micro-batch's rows are numbered by their place
-in the step's global batch (``global_index.StepRows``).
-
-Keys, all from ``keys.key``: ``derive_keys(*words)`` for one-off draws (initial weights), ``call_keys`` for
-a layer's draw number ``(step, call)``: ``C`` and ``a`` are the step's ``keys.step_key`` (two words, computed once per
-step for all streams) times the stream's odd multipliers, minus a linear function of the call; the rounds'
-``d`` are the stream's own.  Ints on the host for eager layers; inside a graph the step key is an input tensor,
-with the same bits.
+Keys, all from ``keys.key``: ``derive_keys`` for one-off draws (initial weights), ``call_keys`` for a layer's draw
+``(step, call)`` from the step's key (host ints for eager layers, an input tensor inside a graph: the same bits).
 """
 import functools
 from typing import NamedTuple
@@ -94,10 +79,8 @@ def stream_keys(seed, stream, step, call=0):
 def rotate_mix(x):
     """R on signed int32: ``x * 2**16 + floor(x / 2**16)`` (= ``counter_spec.rotate_mix``).
 
-    OneFlow's int32 ``//`` truncates toward zero: where ``x`` is negative and no multiple of
-    2**16 the quotient is one above the floor, which is where ``x < q * 2**16``; and ``+`` of two
-    int32 tensors is not exact, so the floor is subtracted as ``-(below - q)``.  Six int32 ops,
-    no temporary wider than the input."""
+    OneFlow's ``//`` truncates: for negative ``x`` not a multiple of 2**16 (where ``x < q * 2**16``) the quotient is
+    one above the floor; ``+`` of two int32 tensors is inexact, so the floor is subtracted as ``-(below - q)``."""
     quotient = x // 2 ** 16
     below = x < quotient * 2 ** 16
     return x * 2 ** 16 - (below - quotient)

@@ -1,13 +1,10 @@
 """The counter-based permutation of ``counter_rng``, written with bit operations (the specification).
 
-``counter_rng`` computes it with the int32 tensor ops OneFlow 0.9.0 has (no bitwise ops, no
-shifts); this module states the same function on unsigned 32-bit words, the way a reader checks
-it, and serves as the host's implementation (the keys of each call are hashed here: a handful
-of Python ints, cheaper than any device op).  ``tests/test_counter_rng.py`` checks that both
-give the same bits, and keeps known-answer vectors of this one.
-
-For keys ``(C, a, d1, d2, d3)`` (``C`` and every ``d`` odd) and a 64-bit index ``i``, with
-``lo = i mod 2**32`` and ``hi = i // 2**32``:
+``counter_rng`` computes it with OneFlow 0.9.0's int32 tensor ops (no bitwise ops, no shifts); this module states it on
+unsigned 32-bit words for a reader, and is the host's implementation (a call's keys are hashed here: a few Python
+ints, cheaper than any device op). ``tests/test_counter_rng.py`` checks that both give the same bits and keeps
+known-answer vectors of this one. For keys ``(C, a, d1, d2, d3)`` (``C`` and every ``d`` odd) and a 64-bit index
+``i = hi * 2**32 + lo``:
 
     x = lo * C - a                              A: an odd multiplier and an offset
     for j in 1, 2, 3:
@@ -15,37 +12,17 @@ For keys ``(C, a, d1, d2, d3)`` (``C`` and every ``d`` odd) and a 64-bit index `
         x = x * (2 * x - d_j)                   Q: a quadratic permutation (RC6's x(2x+1), keyed)
         x = x - hi * HI_MULTIPLIERS[j - 1]      (only where hi > 0)
 
-all modulo 2**32.  Each step is a bijection of the 32-bit words:
+all modulo 2**32. Each step is a bijection: ``C`` is odd; R's subtracted msb is read back from bit 15
+(``inverse_rotate_mix``); ``2x**2 - d x`` permutes modulo 2**w by Rivest's criterion ("Permutation polynomials modulo
+2**w", 2001: ``a1`` odd, ``a2 + a4 + ...`` and ``a3 + a5 + ...`` even), where the unkeyed ``x (x - a)`` maps ``x`` and
+``a - x`` to one value. So within one call no two elements of a tensor under 2**32 elements share their bits. ``R``
+gives the low bits what a T-function (every ``*``, ``-``) lacks, a dependence on the high bits.
 
-* A: ``C`` is odd, so it is invertible modulo 2**32;
-* R: the rotation by 16 is, and subtracting 2**16 * msb afterwards is undone by reading the
-  msb back from the low half (it is the old top bit, now bit 15);
-* Q: a polynomial ``a0 + a1 x + a2 x**2 + ...`` permutes the integers modulo 2**w iff ``a1`` is
-  odd, ``a2 + a4 + ...`` is even and ``a3 + a5 + ...`` is even (Rivest, "Permutation polynomials
-  modulo 2**w", 2001).  ``2x**2 - d x`` has ``a1 = -d`` odd and ``a2 = 2``: a permutation.  The
-  unkeyed ``x (x - a)`` (``a2 = 1``) is not: it maps ``x`` and ``a - x`` to one value.
-
-So for each key and each ``hi`` the map of ``lo`` is a permutation: within one call no two
-elements of a tensor under 2**32 elements share their bits, and index 0 goes wherever ``-a``
-leads, like any other.  ``R`` is what a T-function (every ``*``, ``-`` above) lacks: the low bits
-of a product depend on the low bits of its factors only; three rounds of ``R`` and ``Q`` pass the
-battery in ``tests/test_counter_rng.py`` on consecutive and strided indices alike.
-
-Dropout masks read their words from ``mask_permute``: the same steps with ``R`` replaced by
-``rotate_trunc`` (``x * 2**16 + trunc(x / 2**16)`` on the signed word): what OneFlow's int32 ``//``
-computes in one op, where the floor ``R`` needs costs four more.  It is no bijection (the words of
-``x`` and ``x - 2**16``, for ``0 < x < 2**16`` with the same low half, meet: 2**16 - 1 pairs of 2**32
-per round), which a mask never needs; the battery of ``tests/test_counter_rng.py`` holds for it.
-
-Dropout masks take 16 bits per element, two elements from each word (``keep``): a mask is read
-as a matrix whose rows are its last dimension (a 1-D mask as one column, a 0-d one as ``1 x 1``);
-a row of ``N`` elements reads ``W = ceil(N / 2)`` words, those of indices ``r * W + k`` for row
-``r``: column ``c < W`` reads the high half of word ``c``, column ``c >= W`` the low half of word
-``c - W`` (``mask_word``), as a signed 16-bit value ``v``, and is kept where
-``v >= T - 2**15``, ``T = round(p * 2**16)`` (``keep_level``).  So the drop rate is ``p`` rounded
-to a multiple of 2**-16; a row never shares a word with another (a shard cut between rows computes
-only its own words), and a row's two halves are contiguous blocks (two comparisons write them,
-no interleaving).
+Masks read their words from ``mask_permute``: ``R`` replaced by ``rotate_trunc``, one OneFlow ``//`` where the floor
+costs four more ops. It is no bijection (2**16 - 1 colliding pairs of 2**32 per round), which a mask never needs; the
+battery of ``tests/test_counter_rng.py`` holds for it. How a mask reads 16 bits per element (``mask_word``, ``keep``):
+docs/randomness.md. A row never shares a word with another (a shard cut between rows computes only its own words),
+and a row's two halves are contiguous blocks (two comparisons write them, no interleaving).
 
 Everything here works on Python ints and on numpy ``uint64`` arrays (values kept below 2**32).
 """

@@ -1,12 +1,9 @@
 """The one CUDA device each rank draws on: its own, never another rank's.
 
-Under ``oneflow.distributed.launch`` every rank sees every GPU of its host, and OneFlow places a
-rank's part of a global tensor on device ``LOCAL_RANK`` (``flow.cuda.current_device()``).
-Whatever libai_ext seeds, saves or restores on CUDA goes through this module, so it is that
-device alone: a generator getter for device ``i`` creates OneFlow's CUDA generator there
-(a CUDA context, device memory for its states), and reading or re-seeding one synchronises
-its device.  ``flow.cuda.manual_seed_all`` and a loop over ``device_count()`` would do both on
-all 8 GPUs of a host from each of its 8 ranks.
+Every rank sees every GPU of its host, and OneFlow places a rank's part of a global tensor on ``LOCAL_RANK``.
+Getting a device's generator creates a CUDA context and state memory there, and reading or re-seeding it synchronises
+the device: so libai_ext seeds, saves and restores CUDA only here, never by ``flow.cuda.manual_seed_all`` or a loop
+over ``device_count()`` (every GPU of a host from each of its ranks).
 """
 import oneflow as flow
 

@@ -1,20 +1,15 @@
 """The step object: the state of one training micro-step that every draw of it is keyed by.
 
-A ``Step`` holds the seed and mode (``train.seed``, ``train.randomness``), the global optimizer step, the
-micro-batch ``micro`` of ``micro_batches`` and the layout (``data_parallel`` ranks, this rank's
-``data_parallel_rank``, the ``batch_rows`` of a micro-batch's global batch).  Its ``hashed`` words are the
-step's key (``keys.step_key``: ``keys.key(seed, "step", step)``); a draw's keys derive from them, the
-stream's words and the call (``Step.draw``).  So the masks of global step ``t`` are the same on 1 rank with the
-whole global batch, under data parallelism, and under gradient accumulation in eager and graph mode; a resumed
-run draws them again from the iteration alone.
+A ``Step`` holds the seed and mode (``train.seed``, ``train.randomness``), the global optimizer step, the micro-batch
+``micro`` of ``micro_batches`` and the layout (``data_parallel``, ``data_parallel_rank``, ``batch_rows`` of a
+micro-batch's global batch). A draw's keys derive from its ``hashed`` step key (``keys.step_key``), the stream's words
+and the call (``Step.draw``), so step ``t``'s masks are the same on every layout and a resume draws them again
+(docs/randomness.md).
 
-``ConsistentBatchTrainer.run_step`` makes the step and passes it to ``get_batch`` (mixup) explicitly; the model's
-forward cannot take it, so while the step runs it is the current one (``drawing_step``, ``current_step``): a
-stochastic layer's ``j``-th call in that micro-batch draws ``(step, j)`` with rows numbered by their global
-position in the step's batch (``rows``: ``global_index.StepRows``).  Outside a step (a model run by user code)
-each layer counts its own calls instead: the ``c``-th call draws ``(c, 0)``.
-
-Inside ``nn.Graph`` the step's key and micro-batch are tensors the graph takes as an input
+``ConsistentBatchTrainer.run_step`` passes the step to ``get_batch`` (mixup); a forward cannot take it, so while the
+step runs it is the current one (``drawing_step``, ``current_step``): a layer's ``j``-th call draws ``(step, j)``,
+rows numbered by their place in the step's batch (``global_index.StepRows``). Outside a step each layer counts its own
+calls (the ``c``-th draws ``(c, 0)``). Inside ``nn.Graph`` the step key and micro-batch are graph inputs
 (``libai_ext.random.layers.graph_calls``).
 """
 import contextlib

@@ -1,21 +1,14 @@
 """Where each element sits in its global tensor: the index the counter hash is keyed by.
 
-``keyed_index`` (a whole tensor, global ops when it has a placement: what ``nn.Graph`` traces)
-and ``keyed_slice`` (this rank's box of a global tensor, from local ops) both return the first
-step of the hash, ``x0 = (flat index mod 2**32) * C - a`` as int32, and the index's high words
-``flat // 2**32`` where the tensor has 2**32 elements or more (else None).
+``keyed_index`` (a whole tensor; global ops with a placement, what ``nn.Graph`` traces) and ``keyed_slice`` (this
+rank's box, local ops) return the hash's first step ``x0 = (flat index mod 2**32) * C - a`` as int32, and the high
+words ``flat // 2**32`` where the tensor has 2**32 elements or more (else None).
 
-The flat index is never materialised: it is a sum of one small ``arange`` per group of
-dimensions (a dimension split over ranks alone, unsplit neighbours merged), each scaled by its
-stride times ``C`` modulo 2**32, so a rank only computes its own part.  Partial sums (``P``) hold
-replicas of the positions: they are indexed like broadcast.
-
-``StepRows``: under gradient accumulation a micro-batch's dim 0 is numbered by its place in the
-step's global batch.  Micro-batch ``m`` of a step is its positions ``[m * S, (m + 1) * S)`` on
-every layout (``global_order``: data-parallel rank ``r`` reads ``[m * S + r * s, m * S + (r + 1) * s)``
-of it, ``S = dp * s``), so global row ``j`` of micro-batch ``m`` is position ``m * S + j``: the same
-position, hence the same bits, as on 1 rank with the whole global batch.  A dim 0 of ``k`` rows a
-sample (heads or windows folded into the batch, sample-major) is numbered the same way.
+The flat index is never materialised: it is a sum of one small ``arange`` per group of dimensions (a split dimension
+alone, unsplit neighbours merged), each scaled by its stride times ``C`` modulo 2**32, so a rank computes only its
+part. Partial sums (``P``) are indexed like broadcast. Under gradient accumulation (``StepRows``) row ``j`` of
+micro-batch ``m`` is step position ``m * S + j`` (docs/data_order.md): the same bits as 1 rank with the whole batch.
+A dim 0 of ``k`` rows a sample (heads or windows folded into the batch, sample-major) is numbered the same way.
 """
 import functools
 
@@ -158,11 +151,10 @@ def _index_sum(vectors, strides, ndim, key=1, offset=0):
 
 
 def _high_words(vectors, strides, shape):
-    """``flat // 2**32`` from ``(dims, positions, first position)`` per group (``shape``: the virtual tensor's),
-    from int ops: the trailing groups whose positions stay below 2**31 - 1 sum to ``rest`` (int32, exact), the
-    others to ``outer`` in int64 over their own dims only; the high word is ``outer``'s, plus one where ``rest``
-    carries ``outer``'s low word past 2**32 (``HighWords``).  Where no trailing group is that small (a dimension
-    of 2**31 positions), the whole flat index in int64."""
+    """``flat // 2**32`` from ``(dims, positions, first position)`` per group (``shape``: the virtual tensor's):
+    trailing groups below 2**31 - 1 positions sum exactly in int32 to ``rest``, the others in int64 over their own dims
+    to ``outer``; the high word is ``outer``'s, plus one where ``rest`` carries past 2**32 (``HighWords``). With no
+    such small trailing group (a dimension of 2**31 positions), the whole flat index in int64."""
     ndim = len(shape)
     inner = next((g for g, (dims, _, _) in enumerate(vectors)
                   if shape[dims[0]] * strides[dims[0]] <= 2 ** 31 - 1), len(vectors))

@@ -1,23 +1,15 @@
 """Tensors computed from recorded random tensors while a model is built ("derivations").
 
-``copy.deepcopy(student)``, ``Parameter(w.clone())``, ``w * 0.5``, ``flow.cat([w, w])``,
-``w[:4]``, ``w.t()``: each makes a *new* tensor out of random values.  If the recorder only
-knew draws, such a tensor would look constant, keep OneFlow's values and stop matching its
-source once the source is re-drawn.  The recorder therefore watches the out-of-place ops
-and sorts each op that reads a random tensor into one of three kinds:
+``copy.deepcopy(student)``, ``w.clone()``, ``w * 0.5``, ``w[:4]``: each makes a new tensor out of random values, which
+a recorder of draws alone would take for a constant that keeps OneFlow's values and stops matching its re-drawn
+source. So the recorder watches out-of-place ops and sorts each op reading a random tensor (docs/init.md):
 
-* copies (``clone``, ``copy.deepcopy``, ``copy_``/``load_state_dict``):
-  the new tensor shares its source's recipe, so it gets the very same re-drawn values;
-* exact derivations (``EXACT_METHODS``, ``EXACT_FUNCTIONS``: element-wise ops, indexing,
-  views, reshapes, concatenation): a ``Derived`` recipe that re-runs the op on the re-drawn
-  sources.  Indexing, views, reshapes and concatenation move values without arithmetic;
-  element-wise ops compute each element from the same elements whatever the layout (as the
-  in-place ops replayed after a draw, e.g. ``erfinv_``, already do);
-* everything else that is watched (``REFUSED_METHODS``, ``REFUSED_FUNCTIONS``: reductions,
-  products, sorting, leaving the global view): the result is marked, and ``param_init``
-  refuses a parameter or buffer that ends up with it, naming it and the call site.  A sum
-  over a split dimension adds in another order on another layout, so it cannot be replayed
-  exactly; and it must not pass for a constant either.
+* copies (``clone``, ``copy.deepcopy``, ``copy_``/``load_state_dict``) share the source's recipe;
+* exact derivations (``EXACT_METHODS``, ``EXACT_FUNCTIONS``: ops computing each element from the same elements on
+  any layout) get a ``Derived`` recipe that re-runs the op on the re-drawn sources;
+* everything else watched (``REFUSED_METHODS``, ``REFUSED_FUNCTIONS``: reductions, products, sorting, leaving the
+  global view) marks its result, refused by ``param_init`` where it reaches a parameter or buffer: such an op adds in
+  another order on another layout, and must not pass for a constant either.
 """
 import oneflow as flow
 

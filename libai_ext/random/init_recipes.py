@@ -1,35 +1,17 @@
 """Record how each tensor got its initial values while a model is built ("recipes").
 
-A recipe has a root and the in-place ops applied since.  The root is either one random draw
-(``normal(mean, std)`` or ``uniform(low, high)``, with the arguments the model's code computed,
-e.g. a fan from the tensor's *global* shape) or an exact op on other recipes (``Derived``,
-see ``init_derivations``: ``w * 0.5``, ``flow.cat([w, w])``, ``w[:4]``, ...).  The ops are
-in-place value ops (``erfinv_``, ``mul_``, ``add_``, ``clamp_``, partial ``__setitem__``, ...)
-and layout moves (``to_global``, ``to``).  ``param_init`` later draws the same distributions
-from a counter-based stream and replays the rest.
+A recipe is a root, one random draw (``normal(mean, std)`` or ``uniform(low, high)`` with the arguments the model's
+code computed, e.g. a fan from the *global* shape) or an exact op on other recipes (``Derived``, ``init_derivations``),
+plus the in-place value ops and layout moves applied since; ``param_init`` draws the same distributions from a
+counter-based stream and replays the rest. Inside ``recording_init()`` OneFlow computes as usual; the recorder watches
+the draws, ops, copies and aliases docs/init.md lists. Draws it cannot reproduce (``randint``, ``orthogonal_``, ...)
+and non-exact derivations mark the tensor, refused by ``param_init`` where it reaches a parameter. Full overwrites
+(``fill_``, ``zero_``, ``t[...] = c``, ``copy_`` of an unrecorded tensor) drop the record. Aliases (``Parameter(t)``,
+``t.data``, ``t.detach()``, ``p.data = t``) share one ``Storage``: OneFlow makes a new Python object for each.
 
-Inside ``recording_init()`` OneFlow computes as usual; the recorder only watches:
-
-* draws: ``flow.normal`` (``nn.init.normal_``, ``Tensor.normal_``, xavier/kaiming normal),
-  ``flow._C.uniform_`` (``nn.init.uniform_``, ``Tensor.uniform_``, xavier/kaiming uniform,
-  flowvision's ``trunc_normal_``), ``flow.randn``, ``flow.rand``;
-* draws it cannot reproduce (``randint``, ``bernoulli``, ``orthogonal_``, ...): the tensor is
-  marked, and ``param_init`` refuses a parameter that ends up with it;
-* aliases: ``Parameter(t)``, ``t.data``, ``t.detach()`` and ``p.data = t`` share one record
-  ("storage"), because OneFlow makes a new Python object for each while the memory is the same;
-* copies: ``t.clone()``, ``copy.deepcopy`` (of a tensor or of a whole module, e.g. an EMA
-  teacher), ``copy_`` of a same-shape random tensor (``load_state_dict``): the copy shares its
-  source's recipe, so both get the same re-drawn values;
-* derivations: out-of-place ops reading a random tensor (``init_derivations``): exact ones
-  get a ``Derived`` recipe, the others mark their result as not reproducible;
-* full overwrites (``fill_``, ``zero_``, ``t[...] = c``, ``copy_`` of an unrecorded tensor)
-  make the values deterministic again, so the record is dropped.
-
-Tensors are recognised by ``id``: the recorder keeps every tensor it saw alive until it is
-closed, so an id is never reused meanwhile.  Each draw keeps a copy of the drawn values
-(memory: one extra copy of every randomly initialised tensor, this rank's shards only, until
-the recorder is dropped) so that ``param_init`` can check that replaying the recipe on them
-gives the parameter's value exactly: any op the recorder missed shows up there.
+Tensors are recognised by ``id``: the recorder keeps every tensor it saw alive until released, so no id is reused.
+Each draw keeps a copy of its values (one extra copy of every random tensor's shards on this rank, until released) so
+that ``param_init`` can check that replaying the recipe gives the parameter's value exactly: a missed op shows there.
 """
 import contextlib
 import copy
@@ -126,7 +108,7 @@ class Storage:
         self.recipe, self.unsupported, self.derived = None, None, False
 
     def take_from(self, other, consume=True):
-        """This memory now holds a copy of ``other``'s values (which, ``consume``d, moved on)."""
+        """This memory takes a copy of ``other``'s values (which, ``consume``d, moved on)."""
         self.recipe = other.recipe.copy() if other.recipe is not None else None
         self.unsupported, self.derived = other.unsupported, other.derived
         other.consumed = other.consumed or consume

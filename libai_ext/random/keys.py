@@ -1,14 +1,10 @@
 """The one key function: every draw of a run takes its key from ``key(seed, what, counters...)``.
 
-A key is blake2b of the words' ``repr``, as many bits as the draw needs, so two draws share a key only
-when they name the same words.  What derives from it:
-
-* the data order: the Feistel round keys of ``index_shuffle`` (``key(seed, "order", epoch)``);
-* a sample's python, numpy and OneFlow seeds and a batch's ``collate_fn`` seeds (``sample_keys``);
-* the mixup/cutmix generator of a step (``global_mixup``);
-* the counter hash's words of initial weights and of every stream's draw (``counter_rng``), and the step's
-  key they derive a layer's draw from (``step_key``);
-* the per-shard generators of the "fast" mode (``shard_rng``) and the per-scope seeds (``seeding``).
+A key is blake2b of the words' ``repr``, as many bits as the draw needs, so two draws share a key only when they name
+the same words. It keys the data order (``index_shuffle``: ``key(seed, "order", epoch)``), a sample's and a batch's
+``collate_fn`` seeds (``sample_keys``), a step's mixup (``global_mixup``), the counter hash's words and the step key a
+layer's draw derives from (``counter_rng``, ``step_key``), the "fast" mode's shard generators (``shard_rng``) and the
+per-scope seeds (``seeding``).
 """
 import hashlib
 

@@ -1,17 +1,10 @@
 """Parameters that appear after ``build_model``: refused or warned about at the first forward.
 
-LiBai's trainers build the optimizer from ``model.parameters()`` right after ``build_model``
-(``DefaultTrainer.__init__``, both LiBai lines).  A parameter the model creates later (lazily
-in ``forward``, or a module swapped in after the build) is therefore never trained, and its
-initial values came from OneFlow's generator, not from ``train.seed``: under
-``train.randomness="layout_invariant"`` they depend on the layout.
-
-``watch_late_parameters`` remembers the parameters of the built model and checks, after the
-model's first forward (a forward hook, so also before any optimizer step), that no other
-parameter has appeared.  ``refuse=True`` (layout_invariant) raises, ``refuse=False`` (fast)
-logs a warning; both name every late parameter.  Every rank sees the same parameters, so
-every rank raises together and none is left waiting.  Later forwards are not checked (one
-pass over the parameters, once).
+LiBai's trainers (both lines) build the optimizer from ``model.parameters()`` right after ``build_model``, so a
+parameter created later (lazily in ``forward``, or a module swapped in) is never trained and not drawn from
+``train.seed`` (docs/init.md). ``watch_late_parameters`` checks once, in a hook after the first forward (before any
+optimizer step): ``refuse=True`` raises, ``refuse=False`` warns, both naming every late parameter. Every rank sees
+the same parameters, so all raise together and none is left waiting.
 """
 import logging
 
@@ -31,7 +24,7 @@ def _message(names):
 
 
 def watch_late_parameters(model, refuse):
-    """Check at ``model``'s first forward that its parameters are still those it has now."""
+    """Check at ``model``'s first forward that its parameters are still those it has at this call."""
     # The tensors themselves, not only their ids: a replaced parameter could free its id for a new one.
     state = {"known": list(model.parameters())}
 

@@ -35,5 +35,5 @@ def randomness():
 
 
 def layout_invariant():
-    """Whether ``train.randomness`` is ``"layout_invariant"`` now."""
+    """Whether the current ``train.randomness`` is ``"layout_invariant"``."""
     return randomness() == "layout_invariant"

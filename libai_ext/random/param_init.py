@@ -1,43 +1,21 @@
-"""Initial weights from the seed alone: ``train.randomness="layout_invariant"``.
+"""Initial weights from the seed alone: ``train.randomness="layout_invariant"`` (docs/init.md).
 
-After a model was built inside ``recording_init`` (``init_recipes``), every parameter and
-buffer whose value came from a random draw is drawn again from the counter-based stream of
-``counter_rng``, keyed by ``(seed, "param_init", qualified name)`` and each element's *global*
-index, with the distribution the model's code asked for, then the recorded ops are replayed.
-The value then depends on nothing else: not the layout (1 rank or any dp x tp x pp), not
-the build order, not OneFlow's generator, and no asynchronous local init can race.
+After a build inside ``recording_init`` (``init_recipes``), every parameter and buffer whose value came from a random
+draw is drawn again from ``counter_rng``, keyed by ``(seed, "param_init", qualified name)`` and each element's
+*global* index, with the distribution the model's code asked for; then the recorded ops are replayed. The value
+depends on nothing else: not the layout, the build order or OneFlow's generator, and no asynchronous local init can
+race. Copies and exact derivations follow their source (``DrawKeys``), so a deep-copied EMA teacher equals its
+student, whose values are those it gets without a teacher.
 
-A tensor whose values came from another one (a copy: ``copy.deepcopy``, ``clone``, ``copy_``,
-``load_state_dict``; an exact derivation: ``w * 0.5``, ``flow.cat([w, w])``, ``w[:4]``)
-follows its source: each draw is keyed by the name of the tensor it was drawn into (else of
-its first copy, else of the first tensor made from it: ``DrawKeys``), and the recorded ops are
-re-run on the re-drawn values.  A deep-copied EMA teacher therefore equals its student after
-the re-draw, as it did before, and the student's values are those it gets without a teacher.
+Each rank computes only its own shards (plus its stage's replicated tensors), as OneFlow's init does; the extra memory
+is one tensor's float64 intermediates. A derivation is re-run where its sources were drawn, as the model's code ran it.
 
-Each rank computes only its own shards (plus the replicated tensors of its stage), as
-OneFlow's own init does; the float64 intermediates of one tensor are the extra memory.  A
-derivation is re-run where its sources were drawn (e.g. a whole local tensor on every rank),
-as the model's code ran it.
-
-Refused, before anything changes and naming the tensor (its module and attribute) with a way to
-initialise it that keeps the guarantee: draws the recorder cannot reproduce (``randint``,
-``orthogonal_``, per-shard init, in-place ops mixing random tensors), values made from random
-ones by an op that is not replayed (a sum, a product, ...), a replay that does not give back
-the value the model's code produced (an op the recorder missed), a tensor that holds exactly
-the values of a re-drawn one without being recorded as its copy (e.g. through numpy), and
-(``strict``) a tensor of the model that random values reached by a path the recorder does not
-follow.
-
-That last one is decided by what reaches the model, not by where draws went: a build may draw
-values and throw them away (LiBai main's ``RobertaEmbeddings`` builds BERT's tables, then
-replaces them).  When some draw reached no parameter or buffer by a tracked path, the model is
-built a second time with every generator (OneFlow's, numpy's, python's) seeded otherwise
-(``untracked_reach``): a tensor that is not re-drawn but changes with the generators got random
-values by an untracked path (numpy, an in-place draw into a view) and is refused by name; if
-none changes, the stray draws were discarded and the build is accepted.  The second build costs
-one more model build and its memory (both builds' shards at once on each rank), only for models that
-discard draws; above ``rebuild_limit`` bytes of parameters and buffers on any rank
-(``train.init_rebuild_limit_gib``) it is not made and the stray draws are refused by name instead.
+What is refused (before anything changes, naming the tensor's module and attribute): docs/init.md. The ``strict``
+check is decided by what reaches the model, as a build may draw and discard (LiBai main's ``RobertaEmbeddings``): when
+some draw reached no parameter or buffer by a tracked path, ``untracked_reach`` builds the model again with every
+generator seeded otherwise and refuses a tensor that is not re-drawn yet changes. That costs one more build and its
+memory (both builds' shards at once on each rank), only for models that discard draws; above ``rebuild_limit`` bytes
+on any rank (``train.init_rebuild_limit_gib``) the stray draws are refused by name instead.
 """
 import hashlib
 import random
@@ -343,16 +321,12 @@ def _reach_problems(model, recorder, named, checked, rebuild, rebuild_limit=None
 
 
 def reinitialize(model, recorder, seed, strict=True, rebuild=None, rebuild_limit=None):
-    """Re-draw every randomly initialised parameter/buffer of ``model`` from ``seed``; returns
-    ``{name: recipe description}`` of what was re-drawn (a tensor that follows another one says
-    whose values it follows).  Every rank must call it.
+    """Re-draw every randomly initialised parameter/buffer of ``model`` from ``seed``; every rank must call it.
 
-    Raises ``RuntimeError`` (before changing anything) listing every tensor it cannot
-    reproduce.  ``strict``: also refuse tensors that random values reached by an untracked path;
-    when some draw reached no parameter or buffer, ``rebuild()`` (a function building the same
-    model again) tells a discarded draw from one that reached the model (``untracked_reach``);
-    without it every such draw is refused, as above ``rebuild_limit`` bytes of parameters and buffers on
-    any rank (None: no limit).  ``strict=False`` skips that check.
+    Returns ``{name: recipe description}`` (a tensor that follows another names it). Raises ``RuntimeError``, before
+    changing anything, listing every tensor it cannot reproduce. ``strict`` also refuses tensors random values reached
+    by an untracked path: ``rebuild()`` (building the same model again) tells a discarded draw from one that reached
+    the model; without it, or above ``rebuild_limit`` bytes on any rank (None: no limit), every such draw is refused.
     """
     named = named_tensors(model)
     problems, checked = _problems(model, named, recorder)

@@ -1,20 +1,12 @@
 """Per-rank random state (python, numpy, every OneFlow generator): captured, restored, preserved around a block.
 
-Every rank has its own python/numpy/OneFlow generator state; ``checkpoint.rng_state.RNGStateCheckpointer`` saves
-it with LiBai's checkpoints.  Per-module streams (``libai_ext.random.layers``) are buffers and travel with the model;
-the sampler position comes from LiBai's ``consumed_samples``.
-
-OneFlow 0.9.0 keeps one default generator per device: ``flow.default_generator`` (CPU,
-what ``flow.get_rng_state`` reads) and one per CUDA device, reached only through
-``flow._oneflow_internal.default_generator("cuda:<i>")`` (0.9.0 has no
-``flow.cuda.get_rng_state``).  A rank draws on the CPU and on its own CUDA device only
-(``devices``): those two are saved and restored, under ``"cpu"`` and ``"cuda"``; the other
-GPUs of the host are never touched.  Files of libai_ext 0.1 (every device under ``"cuda:<i>"``)
-restore this rank's device from its own entry.
-
-A limit of OneFlow 0.9.0 itself: its CPU generator's state holds the Mersenne Twister's
-624 words but not the position within them, so a restored CPU generator repeats the
-saved draws only from a block boundary (right after seeding, or 624 words later).
+``checkpoint.rng_state.RNGStateCheckpointer`` saves it with LiBai's checkpoints; per-module streams
+(``libai_ext.random.layers``) are buffers that travel with the model, the sampler position is LiBai's
+``consumed_samples``. OneFlow 0.9.0 keeps one default generator per device, a CUDA one reachable only through
+``flow._oneflow_internal.default_generator("cuda:<i>")`` (no ``flow.cuda.get_rng_state``). A rank draws on the CPU
+and its own CUDA device only (``devices``): those two are saved under ``"cpu"`` and ``"cuda"``; a libai_ext 0.1 file
+(every device under ``"cuda:<i>"``) restores this rank's device from its own entry. A restored CPU generator repeats
+the saved draws only from a Mersenne Twister block boundary (docs/upstream-bugs.md §15).
 """
 import contextlib
 import logging
@@ -59,10 +51,8 @@ def capture_oneflow_state(generators=None):
 def restore_oneflow_state(saved, generators=None):
     """Set each generator to its saved state; returns the names restored.
 
-    ``saved`` may also be a bare array, as written by libai_ext 0.1.0 (the CPU generator only).
-    A generator saved but absent here, or present but not saved, is named in a warning:
-    its draws will not repeat the saved run's.
-    """
+    ``saved`` may be a bare array (libai_ext 0.1.0: the CPU generator only). A generator saved but absent here, or
+    present but not saved, is named in a warning: its draws will not repeat the saved run's."""
     saved = _own_entries(saved)
     generators = oneflow_generators() if generators is None else generators
     finish_queued_draws()

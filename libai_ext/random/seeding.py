@@ -1,17 +1,9 @@
 """Seed python ``random``, numpy and OneFlow before the trainer is built.
 
-Scopes say which ranks share a stream:
-
-* ``"global"``: every rank the same (``seed`` itself).
-* ``"data_parallel"``: the ranks of one data-parallel group share a stream (they read the
-  same samples: all their pipeline stages and tensor-parallel peers); different groups
-  differ.  Per-group augmentation diversity, yet each group augments consistently.
-* ``"rank"``: every rank its own stream.
-
-Whatever the scope, the stochastic layers of ``libai_ext.random.layers`` key on ``seed`` itself:
-their masks are SBP-correct by construction, not by seeding.  ``randomness`` picks how
-(``train.randomness``): ``"layout_invariant"`` (the same global mask on any layout) or
-``"fast"`` (OneFlow's native kernels seeded per shard; the same mask on the same layout).
+``SEED_SCOPES`` say which ranks share a stream (docs/randomness.md): ``"global"`` every rank (``seed`` itself),
+``"data_parallel"`` one data-parallel group (it reads the same samples: all its stages and tensor-parallel peers),
+``"rank"`` none. Whatever the scope, the stochastic layers of ``libai_ext.random.layers`` key on ``seed`` itself, in
+the mode ``randomness`` (``train.randomness``) picks: their masks are SBP-correct by construction, not by seeding.
 """
 import random
 
