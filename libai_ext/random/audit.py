@@ -1,18 +1,11 @@
-"""At build time: the random ops of a model that libai_ext cannot key, refused by name.
+"""At build time: the random ops of a model that libai_ext cannot key (``REFUSED``), refused by name.
 
-Inside a watched forward every random op of OneFlow is routed to a keyed stream
-(``random.layers.stochastic_ops``) but those of ``REFUSED``, which no key can make layout-independent.
-``audit_stochastic_ops(model, randomness)`` runs after ``layers.convert_stochastic_layers`` and
-lists, by qualified name and source line:
-
-* OneFlow modules whose ``forward`` reaches a refused op (from the random-op inventory:
-  ``nn.RNN``, ``nn.LSTM``, ``nn.GRU`` with ``dropout > 0``; the data readers);
-* calls to a refused op by name (``multinomial``...) in the ``forward`` of any module class of
-  the model (OneFlow's and libai_ext's own excepted).
-
-Under ``train.randomness="layout_invariant"`` any finding is refused (``RuntimeError`` listing them
-all); under ``"fast"`` each is a warning.  The scan reads source code: a refused op hidden in a
-helper function is refused when the forward runs (``random.layers.stochastic_ops``).
+``audit_stochastic_ops(model, randomness)`` runs after ``layers.convert_stochastic_layers`` and lists, by qualified
+name and source line, the OneFlow modules whose ``forward`` reaches a refused op (per the random-op inventory:
+``nn.RNN``/``LSTM``/``GRU`` with ``dropout > 0``, the data readers) and the calls to a refused op by name in the
+``forward`` of the model's module classes (OneFlow's and libai_ext's exempt).  ``"layout_invariant"`` refuses any
+finding (one ``RuntimeError`` listing all), ``"fast"`` warns.  The scan reads source: a refused op inside a helper
+function is refused instead when the forward runs (``layers.stochastic_ops``).
 """
 import ast
 import inspect

@@ -1,22 +1,13 @@
 """The check by effect of keyed augmentation: a sample read again after every generator was disturbed must not change.
 
-Keyed augmentation (``random.keyed_dataset``) seeds python ``random``, numpy's global stream, OneFlow's CPU
-generator (where the dataset draws from it) and the generators the dataset owns before each sample.  What
-it cannot see, it cannot key: a generator held where the attribute walk does not reach, OneFlow's op held by a
-reference taken before libai_ext's wrappers were installed (while OneFlow is not keyed per sample), numbers from
-the clock or the OS.  Rather than trust the names a dataset calls, ``AugmentationCheck`` looks at the effect: on
-the first batches a process reads and then every ``period`` batches, one sample of the batch is read again, with
-the same keys, after python's, numpy's, OneFlow's and the owned generators' states were moved elsewhere.  A
-keyed sample comes out the same; anything else drew from a stream its key did not set.
-
-A difference is refused (``UnkeyedAugmentationError``) or warned about, naming the transform: the dataset's
-``transform`` and every transform it holds (a ``Compose``'s list, ``RandomApply``/``RandomChoice``/``RandomOrder``,
-RandAugment's ops, a wrapper holding Composes in attributes, as MoCo's two-crop transform does) are traced while
-the sample is read twice more, and the innermost call that got the same input in both reads and gave different
-outputs, before the two reads part ways, is named with its attribute path.
-
-Config: ``train.augmentation_check.action`` (``"refuse"``, ``"warn"`` or ``"off"``),
-``train.augmentation_check.first_batches`` and ``train.augmentation_check.period`` (0: the first batches only).
+Keyed augmentation (``random.keyed_dataset``) cannot key what it cannot see: a generator the attribute walk does not
+reach, OneFlow's op held by a reference taken before libai_ext's wrappers were installed, numbers from the clock or
+the OS.  So instead of trusting the names a dataset calls, ``AugmentationCheck`` reads one sample of a batch again
+with the same keys after python's, numpy's, OneFlow's and the owned generators' states were moved elsewhere; a
+difference is refused (``UnkeyedAugmentationError``) or warned about.  The culprit is found by tracing the dataset's
+``transform`` and every transform it holds (a ``Compose``'s list, RandAugment's ops, a two-crop wrapper's Composes)
+over two more reads: the innermost call that got the same input in both and gave different outputs, before the reads
+part ways.  When it runs and its config keys: docs/data_order.md#the-check-by-effect.
 """
 import hashlib
 import logging

@@ -1,22 +1,12 @@
 """The evaluation order of ``train.randomness="layout_invariant"``: one global walk of the test set.
 
-LiBai's ``SingleRoundSampler`` gives each data-parallel rank a contiguous bucket of the test set,
-and LiBai's evaluator stops after ``train.evaluation.eval_iter`` batches: a truncated evaluation
-covers the first samples of every bucket, so dp2 evaluates other samples than 1 rank does (and
-``model_best`` can differ between layouts).
-
-The rule here: the test set is walked once, in dataset order (or, when the loader shuffles, as
-LiBai main's image test loader does, in one permutation keyed by ``train.seed``).  Global batch
-``k`` is positions ``[k B, (k + 1) B)``, where ``B = train.test_micro_batch_size x data parallel
-size`` (the evaluation batch LiBai's ``test`` pads to), and data-parallel rank ``r`` takes its
-contiguous slice of it.  ``eval_iter`` counts
-these global batches, so an evaluation covers the first ``min(N, eval_iter x B)`` samples of the
-test set: the same samples on every layout with the same global test batch, and the whole set on
-every layout when ``eval_iter x B >= N`` (LiBai's default ``eval_iter`` is 1e5).
-
-The last, incomplete global batch of ``L`` samples: every rank gets ``ceil(L / dp)`` rows, and the
-ranks from ``L mod dp`` on end with one filler row (sample 0), which LiBai's ``pad_batch`` removes
-(the convention of ``SingleRoundSampler``, whose filler rows it was written for).
+LiBai's ``SingleRoundSampler`` gives each data-parallel rank a contiguous bucket and ``eval_iter`` truncates each, so
+a truncated evaluation scores other samples on dp2 than on 1 rank.  Here the test set is walked once, in dataset
+order (or one permutation keyed by ``train.seed`` when the loader shuffles); global batch ``k`` is positions
+``[k B, (k + 1) B)``, ``B = train.test_micro_batch_size x data parallel size``, and rank ``r`` takes its contiguous
+slice of it (what an evaluation then covers: docs/data_order.md#evaluation).  In the last, incomplete global batch of
+``L`` samples every rank gets ``ceil(L / dp)`` rows, the ranks from ``L mod dp`` on ending with one filler row
+(sample 0) that LiBai's ``pad_batch`` removes (``SingleRoundSampler``'s convention).
 """
 import math
 

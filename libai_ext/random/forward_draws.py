@@ -1,24 +1,17 @@
 """Random values drawn inside a model's forward, keyed by position instead of by rank.
 
-What ``random.layers.random_ops`` draws for OneFlow's random ops inside a watched model's forward
-(``rand``, ``randn``, ``randint``, ``randperm``, ``normal``, ``bernoulli``, ``uniform_``,
-``exponential_``, ``gumbel_softmax``...), per call site (a ``Draw``: the stream's name, the global
-step, the call within the micro-step):
+What ``layers.random_ops`` draws for OneFlow's random ops in a watched forward, one ``Draw`` per call
+(docs/randomness.md, how a call is keyed):
 
-* ``"layout_invariant"``: ``counter_rng``'s bits of each element's *global* index under the keys of
-  (``train.seed``, stream, step, call): any global tensor, any placement and sbp (``P`` read as
-  ``B``), one value per global position on every layout, as JAX's partitionable Threefry gives.
-  Eager ranks compute their own box with local ops and write it into their part of the global
-  tensor (no communication); a graph traces global ops from its step input
-  (``random.layers.graph_calls``).  A local tensor is the same on every rank, except under data
-  parallelism, where a tensor whose dim 0 is this rank's rows of the micro-batch is keyed by the
-  samples' global positions (one whose dim 0 is the whole micro-batch is drawn alike on every rank);
-  any other local draw is refused (``LayoutDependentDraw``).  Under
-  gradient accumulation a tensor whose dim 0 is the micro-batch numbers its rows by their place
-  in the step's global batch (``global_index.StepRows``); other shapes draw the same values in
-  every micro-batch, as 1 rank draws them once for the whole batch.
-* ``"fast"``: OneFlow's own kernel with a generator seeded from (``train.seed``, stream, step,
-  call, this rank's shard coordinates) (``shard_rng.shard_generator``).
+* ``"layout_invariant"``: ``counter_rng``'s bits of each element's global index (``P`` read as ``B``); eager ranks
+  write their own box from local ops (no communication), a graph traces global ops from its step input
+  (``layers.graph_calls``).  A local tensor is drawn alike on every rank; under data parallelism one whose dim 0 is
+  this rank's rows of the micro-batch is keyed by the samples' global positions, and one whose dim 0 is neither
+  those rows nor the whole micro-batch is refused (``LayoutDependentDraw``).  Under accumulation a micro-batch dim 0
+  is numbered by its place in the step's batch (``global_index.StepRows``); other shapes draw alike in every
+  micro-batch, as 1 rank draws them once per step.
+* ``"fast"``: OneFlow's kernel with a generator seeded from (``train.seed``, stream, step, call, this rank's shard
+  coordinates) (``shard_rng.shard_generator``).
 """
 import numpy as np
 import oneflow as flow

@@ -1,18 +1,11 @@
-"""Batch mixup/cutmix on the global stage-0 batch ("layout_invariant" mode).
+"""Batch mixup/cutmix on the global stage-0 batch ("layout_invariant" mode; docs/randomness.md#global-batch-mixup).
 
-flowvision's batch ``Mixup`` pairs sample ``i`` with ``B - 1 - i`` of the *local* batch and
-draws λ per local batch, so data-parallel splitting changes who is mixed with whom.  Here
-the partner is the flip of the *global* batch (``S(0)`` over data parallelism, made global
-on stage 0 first) and λ / mixup-or-cutmix / the box are drawn once for the global batch (``draw_mix``) from a
-generator keyed by (``train.seed``, training step) alone, following flowvision 0.1.0's
-``Mixup._params_per_batch`` / ``cutmix_bbox_and_lam`` option for option: the same mixed batch on 1 rank and on any
-layout, reproducible on resume from the step number (nothing to save).
-
-The step is the global optimizer step (``ConsistentBatchTrainer.run_step`` sets it with
-``libai_ext.random.draws.drawing_step``; ``mixup_step`` is the same for code of one's own), so a
-resumed run draws the same λ at the same step, and under gradient accumulation the whole step's
-global batch is mixed at once (``step_batches``).  Every rank runs the
-same global ops (ranks outside stage 0 too: their placeholders take part in the transfers).
+Each sample's partner is the flip of the *global* batch (flowvision's ``Mixup`` flips the local one), and λ /
+mixup-or-cutmix / the box are drawn once per global batch (``draw_mix``, option for option as flowvision 0.1.0's
+``Mixup._params_per_batch`` / ``cutmix_bbox_and_lam``) from a generator keyed by (``train.seed``, global optimizer
+step) alone: the same mixed batch on any layout, and nothing to save for a resume.  ``ConsistentBatchTrainer.run_step``
+sets the step (``draws.drawing_step``; ``mixup_step`` for code of one's own).  Every rank runs the same global ops:
+ranks outside stage 0 take part in the transfers with their placeholders.
 """
 import contextlib
 import functools

@@ -1,31 +1,14 @@
 """A batch sampler whose global batches depend neither on the data-parallel size nor on accumulation.
 
-LiBai's ``CyclicSampler`` gives each data-parallel rank a contiguous bucket of the dataset,
-so the global batch of step ``t`` on dp=2 holds other samples than on 1 rank.  Here every
-rank walks the same order of the *whole* dataset (one keyed permutation per (seed, epoch),
-computed per position: ``random.index_shuffle``).  The global batch of optimizer step ``t``
-is the next ``G = micro_batch_size x data_parallel_size x num_accumulation_steps`` entries
-of that order.  Micro-batch ``m`` of the step is the positions ``[m * S, (m + 1) * S)``,
-``S = micro x data_parallel_size``, on every layout, as on 1 rank: data-parallel rank ``r`` owns
-``[m * S + r * micro, m * S + (r + 1) * micro)`` of it.  So a loss averaged over a micro-batch
-(over its unmasked tokens, say) sees the same samples on every layout.  A rank yields its rows
-
-* as ``acc`` micro-batches in order: LiBai's eager trainer, and LiBai main's graph trainer,
-  which joins them per rank;
-* or whole (``whole_step=True``, its ``acc`` micro-batches' rows one after the other): LiBai
-  0.1.1's graph trainer, whose loader batch is ``micro x acc`` and whose graph splits each
-  rank's rows into the micro-batches along dim 0.
-
-So 1 rank with the whole global batch, (dp1, acc2), (dp2, acc1) and (dp2, acc2) read the same
-samples in the same global positions at every step, and the same micro-batches.
-
-Conventions follow ``CyclicSampler`` so that LiBai's trainers need nothing else: it cycles
-forever, ``consumed_samples`` counts *global* samples (LiBai's resume position), a global
-batch never crosses the end of an epoch (what of an epoch cannot fill one is skipped), and
-``len()`` is the dataset size.
-
-Each batch is an ``EpochBatch``: a list of dataset indices (usable as any ``batch_sampler``'s)
-that also says its epoch, optimizer step, micro-batch and first global position.
+LiBai's ``CyclicSampler`` gives each data-parallel rank a contiguous bucket.  Here every rank walks the same keyed
+order of the whole dataset (``random.index_shuffle``); the global batch of optimizer step ``t`` is its next
+``micro x dp x acc`` entries, split into micro-batches and ranks the same way on every layout
+(docs/data_order.md#global-batches-data-parallelism-and-gradient-accumulation).  A rank yields its rows as ``acc``
+micro-batches in order (LiBai's eager trainer; LiBai main's graph trainer joins them per rank), or whole
+(``whole_step=True``: LiBai 0.1.1's graph trainer, whose loader batch is ``micro x acc`` and whose graph splits it
+along dim 0).  ``CyclicSampler``'s conventions hold, so LiBai's trainers need nothing else: it cycles forever,
+``consumed_samples`` counts *global* samples, an epoch's tail that cannot fill a global batch is skipped, and
+``len()`` is the dataset size.  Each batch is an ``EpochBatch``: dataset indices carrying their ``BatchPosition``.
 """
 import dataclasses
 from typing import NamedTuple

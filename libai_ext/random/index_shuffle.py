@@ -1,23 +1,11 @@
-"""A keyed permutation of ``range(n)`` evaluated one position at a time, in O(1) memory.
+"""A keyed permutation of ``range(n)`` evaluated one position at a time, in O(1) memory (docs/data_order.md).
 
-``IndexShuffle(n, key)(positions)`` is the entry at each position of a pseudo-random
-permutation of ``range(n)``: the epoch order of a dataset, without ever building the
-order.  Starting an epoch costs a key derivation; a batch costs its own positions only.
-The same idea as Grain's index shuffle (a small block cipher, cycle-walked into the
-domain), written here from the textbook construction:
-
-* a balanced Feistel network on ``2 * half`` bits (the smallest even bit width holding
-  ``n - 1``, so the cipher's domain is below ``4 n``).  Each round swaps the halves and
-  XORs one half with a keyed mix of the other, which makes every round, and so the whole
-  network, a bijection of the domain whatever the round function is;
-* the round function: the round key (``keys.key``) XORed in, then SplitMix64's finaliser (an avalanche
-  mix of 64 bits), cut to ``half`` bits;
-* cycle walking: a value the cipher maps outside ``[0, n)`` is enciphered again until it
-  lands inside.  Following the cipher's own cycles keeps the map a bijection of ``[0, n)``;
-  the expected number of passes is the domain over ``n``, below 4.
-
-Vectorised with numpy's uint64 arithmetic (wrapping multiplication, shifts, XOR) over a
-whole batch of positions at once.  Positions and ``n`` go up to ``2**62``.
+``IndexShuffle(n, key)(positions)`` is the entry at each position: an epoch order that is never built.  As Grain's
+index shuffle, written from the textbook construction: a balanced Feistel network on ``2 * half`` bits (the smallest
+even width holding ``n - 1``: a domain below ``4 n``), whose round function (the round key XORed in, SplitMix64's
+finaliser, cut to ``half`` bits) may be anything, as each round is a bijection; then cycle walking: a value outside
+``[0, n)`` is enciphered again, which keeps a bijection of ``[0, n)`` (under 4 passes expected).  Vectorised over a
+batch of positions with numpy's wrapping uint64 arithmetic; ``n`` and positions up to ``2**62``.
 """
 import numpy as np
 

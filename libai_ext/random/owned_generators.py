@@ -1,18 +1,11 @@
 """Random generators a dataset (or a ``collate_fn``) owns: found by walking its attributes, and re-seeded.
 
-Keying each sample's augmentation by seeding the *global* streams (``sample_keys``) does not reach a
-generator the dataset holds itself (``self.rng = np.random.default_rng(0)`` in ``__init__``, a
-transform's own ``random.Random``): it draws in read order, so its numbers depend on which rank and
-which loader worker reads which sample (each worker holds a copy).  ``find_owned_generators`` walks
-the attributes of an object (a few levels deep, through lists, tuples and dicts, through a
-function's closure, defaults and bound instance) and returns every generator of a known kind with
-its attribute path; ``GeneratorSite.reseed`` seeds the one at that path again (on whichever copy of
-the dataset it is given, e.g. a worker's).
-
-Kinds: python ``random.Random``, numpy ``RandomState``, ``Generator`` and bare ``BitGenerator``,
-OneFlow ``Generator``.  A generator created inside ``__getitem__`` from the sample's index (LiBai's
-BERT and T5 datasets build ``np.random.RandomState(seed + idx)`` there) is no attribute: it is
-already keyed per sample, and nothing here sees or touches it.
+Seeding the global streams per sample (``sample_keys``) does not reach a generator the dataset holds itself
+(``self.rng = np.random.default_rng(0)``, a transform's ``random.Random``): it draws in read order, so its numbers
+depend on the rank and loader worker (each worker holds a copy).  ``find_owned_generators`` walks an object's
+attributes (a few levels deep, through containers and a function's closure, defaults, globals and bound instance)
+and returns each generator of a known kind (``_KINDS``) with its path; ``GeneratorSite.reseed`` seeds the one at
+that path on any copy of the dataset (a worker's).  What is keyed, and what is left alone: docs/data_order.md.
 """
 import functools
 import random

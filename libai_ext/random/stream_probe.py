@@ -1,8 +1,7 @@
 """Which global random streams a call draws from: python ``random``, numpy's, OneFlow's CPU generator.
 
-``streams_drawn_by(fn, *args)`` runs ``fn`` once from freshly seeded streams and names each stream
-whose state moved; the caller's streams are put back afterwards.  One run sees the draws that
-run makes: a call that draws only sometimes (with some probability, on some inputs) can pass.
+``streams_drawn_by(fn, *args)`` runs ``fn`` once from freshly seeded streams, names each stream whose state moved and
+puts the caller's streams back.  One run sees only its own draws: a call that draws only sometimes can pass.
 """
 import random
 

@@ -1,14 +1,11 @@
-"""The keyed-dropout op: a "layout_invariant" dropout mask computed and applied in one pass.
+"""The keyed-dropout op: a "layout_invariant" dropout mask computed and applied in one pass (docs/performance.md).
 
-``keyed_dropout.cpp`` (built at install by ``setup.py``, with the OneFlow wheel's headers: ``build.py``) registers
+``keyed_dropout.cpp`` (built at install by ``setup.py`` against the OneFlow wheel's headers: ``build.py``) registers
 the user op ``libai_ext_keyed_dropout``: each element's keep decision from its global position (``counter_hash.h``,
-the bits of ``counter_spec``), each rank finding its own slice from the placement and sbp.  Here it is loaded,
-built into op expressions and dispatched; its gradient is the same op applied to ``dy`` (a dropout's gradient
-is its mask and scale), through ``flow.autograd.Function``, in eager mode and inside ``nn.Graph``.
-
-Which path a draw takes is ``serves``: the op where it is built and has a kernel for the tensor's device and
-dtype; the int32-op path otherwise (``counter_rng.keep_mask``).  ``status()`` says which, and why, for the trainer
-to log at build.
+the bits of ``counter_spec``), each rank finding its own slice from the placement and sbp.  Here it is loaded and
+dispatched through ``flow.autograd.Function`` (its gradient is the same op on ``dy``), eagerly and in ``nn.Graph``.
+``serves(x)`` says whether it has a kernel for x's device and dtype (else ``counter_rng.keep_mask``'s int32 ops);
+``status()`` says which path masks take, and why, for the trainer's build log.
 
 May import OneFlow and its own ``build``; nothing else of libai_ext.
 """

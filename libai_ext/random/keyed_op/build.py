@@ -1,11 +1,10 @@
 """Build the keyed-dropout op library (``keyed_dropout.cpp``) against the installed OneFlow wheel's headers.
 
-Run by ``setup.py`` at install and by ``make gpu-check``'s compile row; it imports nothing of OneFlow in this
-process (the flags come from a child Python).  ``oneflow.sysconfig``'s flags alone do not compile
-(docs/upstream-bugs.md section 37, ``tools/repro/user_op_library.py``): the wheel's include dir goes after the
-system's (``-idirafter``: it ships CentOS 7 glibc headers), its glog headers are under ``include/glog-build`` and
-need ``shims/glog/log_severity.h`` and the glog symbols of ``shims/glog_symbols.h``, ``-DWITH_CUDA`` needs a CUDA
-toolkit's ``cuda_fp16.h``, and the link needs ``--no-as-needed``.
+Run by ``setup.py`` at install and by ``make gpu-check``; OneFlow is queried in a child Python, never imported here.
+``oneflow.sysconfig``'s flags alone do not compile (docs/upstream-bugs.md section 37): the wheel's include dir goes
+after the system's (``-idirafter``: it ships CentOS 7 glibc headers), its glog headers (``include/glog-build``) need
+``shims/glog/log_severity.h`` and the symbols of ``shims/glog_symbols.h``, ``-DWITH_CUDA`` needs a CUDA toolkit's
+``cuda_fp16.h``, and the link needs ``--no-as-needed``.
 """
 import hashlib
 import json

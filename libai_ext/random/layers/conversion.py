@@ -1,22 +1,12 @@
 """LiBai's stochastic layers under ``libai_ext``'s streams, with the user's model code unchanged.
 
-``convert_stochastic_layers(model)`` (``ConsistentBatchTrainer.build_model`` calls it) replaces, in
-place and under the same attribute names:
-
-* every ``oneflow.nn.Dropout`` (LiBai's attention, MLP, embedding and classifier dropouts, ViT's
-  and Swin's ``pos_drop``...) by ``libai_ext.random.layers.Dropout`` with its ``p``;
-* every ``libai.layers.DropPath`` by ``libai_ext.random.layers.DropPath`` (``scale_by_keep`` kept);
-
-and gives each module that draws through a *fused* OneFlow op (``ROLES``: LiBai's attention and
-MLP under ``bias_dropout_fusion`` / ``scale_mask_softmax_fusion``, Swin's window attention, which
-hard-codes ``fused_bias_add_dropout``) the ``Dropout`` its unfused path would have had, so that the
-op, routed by ``stochastic_ops``, draws from the stream of that role: the fused and the unfused
-model draw the same masks.
-
-Attribute names stay, so checkpoints keep their keys (the layers hold no state).  A converted
-layer follows its parent's pipeline stage (``layer_idx=None``).  Other stochastic OneFlow modules
-(``Dropout1d/2d/3d``, ``FusedMLP``, the RNNs) are left alone: the ops their forward calls are
-routed (``stochastic_ops``) or refused by name (``libai_ext.random.audit``).
+``convert_stochastic_layers(model)`` (called by ``ConsistentBatchTrainer.build_model``) replaces in place, under the
+same attribute names (checkpoints keep their keys; the layers hold no state), every ``oneflow.nn.Dropout`` and every
+``libai.layers.DropPath`` by libai_ext's ``Dropout`` / ``DropPath`` (``p`` and ``scale_by_keep`` kept).  A module
+drawing through a *fused* OneFlow op (``ROLES``) gets the ``Dropout`` its unfused path would have had, so the routed
+op (``stochastic_ops``) draws that role's stream: the fused and the unfused model draw the same masks.  A converted
+layer follows its parent's pipeline stage (``layer_idx=None``).  Other stochastic modules (``Dropout1d/2d/3d``,
+``FusedMLP``, the RNNs) stay: their ops are routed (``stochastic_ops``) or refused by name (``random.audit``).
 """
 import oneflow as flow
 

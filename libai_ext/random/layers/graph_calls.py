@@ -1,23 +1,13 @@
-"""Stochastic layers inside ``nn.Graph``: each step draws the masks eager mode draws.
+"""Stochastic layers inside ``nn.Graph``: each step draws the masks eager mode draws (docs/randomness.md#graph-mode).
 
-A traced graph replays the ops it recorded, so anything a layer computes on the host while
-tracing (its call counter, the keys hashed from it) is frozen at trace time, and OneFlow 0.9.0
-loses a buffer's in-place updates made inside a graph (``tools/repro/graph_buffer_update.py``).
-So a train graph is *given* its step, as an input it takes at every call (``StepFedGraph``):
-
-* the input is an int32 ``(micro-batches, 3)`` tensor, row ``m`` = ``[step key's two words, m]``
-  (``counter_rng.step_key``), replicated on every rank; OneFlow splits every graph input into
-  micro-batches under gradient accumulation (measured), so micro-batch ``m`` sees row ``m``;
-* while the graph traces, each layer counts its calls within one micro-batch's forward: its
-  ``j``-th call draws ``(step, j)`` with keys computed from the step key's tensors inside the graph
-  (``counter_rng.call_keys``), rows numbered by their place in the step (``draws.Step.rows``):
-  the bits eager mode draws for that micro-step.
-
-Which graphs take the step: ``libai_ext.engine.graph.StepFedGraph`` and its subclasses
-(``libai_ext.engine.GraphBase``), and any other ``nn.Graph`` passed to ``feed_step``
-(``ConsistentBatchTrainer`` does it for whatever ``graph.train_graph`` builds: LiBai's
-``GraphBase``, a user's subclass of it).  A layer traced in a graph that gives it no step raises
-``UnkeyedGraphDraw``: its mask would be frozen.
+A traced graph freezes what a layer computes on the host (its call counter, the keys hashed from it), and OneFlow
+0.9.0 loses a buffer's in-place updates inside a graph (``tools/repro/graph_buffer_update.py``), so a train graph is
+*given* its step at every call (``StepFedGraph``): an int32 ``(micro-batches, 3)`` input replicated on every rank,
+row ``m`` = ``[step key's two words, m]``.  OneFlow splits every graph input into micro-batches under accumulation
+(measured), so micro-batch ``m`` sees row ``m``.  While tracing, a layer's ``j``-th call in a micro-batch's forward
+draws ``(step, j)`` with keys computed from that row inside the graph (``counter_rng.call_keys``), rows numbered by
+their place in the step (``draws.Step.rows``): eager mode's bits.  A layer traced in a graph that gives it no step
+raises ``UnkeyedGraphDraw``: its mask would be frozen.
 """
 import contextlib
 
@@ -99,11 +89,8 @@ def shared(key, compute):
 
 
 def traced_draw(layer, x, name=None):
-    """``(Step, call)`` of ``layer``'s draw for ``x`` while a ``StepFedGraph`` traces.
-
-    Anywhere else (a graph that takes no step) raises ``UnkeyedGraphDraw`` naming the layer
-    (``name``, default its stream) and what to do.
-    """
+    """``(Step, call)`` of ``layer``'s draw for ``x`` while a ``StepFedGraph`` traces; anywhere else (a graph that
+    takes no step) raises ``UnkeyedGraphDraw`` naming the layer (``name``, default its class) and what to do."""
     if _tracing is None:
         raise UnkeyedGraphDraw(
             f"{name or type(layer).__name__} is traced in an nn.Graph that does not give it the training step, so "

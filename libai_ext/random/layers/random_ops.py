@@ -1,20 +1,11 @@
 """OneFlow's random ops as drawn inside a watched forward: each routed to a keyed stream, or refused by name.
 
-``HANDLERS[op](call, OneFlow's op, args, kwargs)`` (``stochastic_ops.route`` calls them; ``call`` is a
-``stochastic_ops.Call``: the module, the call site, its streams) take OneFlow's arguments and give
-OneFlow's results:
-
-* the dropout family (``dropout``, ``dropout1d/2d/3d``, the fused dropouts,
-  ``fused_matmul_bias_add_relu_dropout``) draws its masks from a ``libai_ext.random.layers.Dropout``
-  (``call.layer``), in both modes; ``p=0`` gives the input, ``p=1`` zeros, ``inplace=True`` writes
-  into the input;
-* the other ops draw, under ``"layout_invariant"``, from the call site's stream by each element's
-  global position (``random.forward_draws``), under ``"fast"`` from OneFlow's kernel with a
-  generator seeded per shard; a ``generator`` the caller passes is not used (it depends on the rank).
-
-``random.audit.REFUSED``: the ops of the inventory no key makes layout-independent, with the
-reason the refusal gives.  Every op of ``random.oneflow_random_ops`` is in one of the two
-(``tests/test_random_ops.py``).
+``HANDLERS[op](call, OneFlow's op, args, kwargs)`` (called by ``stochastic_ops.route``; ``call`` is a
+``stochastic_ops.Call``: the module, the call site, its streams) take OneFlow's arguments and give OneFlow's results.
+The dropout family draws its masks from a ``layers.Dropout`` (``call.layer``) in both modes; the other ops draw by
+each element's global position (``random.forward_draws``), or under ``"fast"`` from OneFlow's kernel with a
+generator seeded per shard.  ``random.audit.REFUSED`` holds the ops no key covers.  What each op does:
+docs/randomness.md; every op of ``random.oneflow_random_ops`` is handled or refused (``tests/test_random_ops.py``).
 """
 import inspect
 import numbers

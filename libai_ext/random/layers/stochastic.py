@@ -1,35 +1,21 @@
-"""Dropout and DropPath whose masks follow the SBP of their input.
+"""Dropout and DropPath whose masks follow the SBP of their input (docs/randomness.md#dropout-and-drop-path).
 
-Drop-ins for ``flow.nn.Dropout`` / ``libai.layers.DropPath`` (``libai_zoo`` converts LiBai's own
-ones): any global tensor (any placement, hierarchy and sbp, ``P`` included) or local tensor on
-any device.  Replicas (``B``, ``P``) draw the same mask, shards (``S``) their own part of one
-global mask, with no communication and no per-rank seeds.  Two ways, chosen by
-``train.randomness`` (``seed_everything(..., randomness=...)``) or per layer:
+Drop-ins for ``flow.nn.Dropout`` / ``libai.layers.DropPath`` on any global tensor (``P`` included) or local one:
+replicas draw the same mask, shards their part of one global mask, with no communication and no per-rank seeds.
+``train.randomness`` (or a layer's ``randomness``) picks ``"layout_invariant"`` (``counter_rng``: each element's bits
+from its global position) or ``"fast"`` (``shard_rng``: OneFlow's kernel seeded per shard; same layout only).
 
-* ``"layout_invariant"`` (``counter_rng``): each element's mask is a keyed permutation of its
-  *global* position, so the same seed gives the same global mask on 1 rank and on (2, 2, 2);
-* ``"fast"`` (``shard_rng``): OneFlow's native dropout kernel, its generator seeded per shard;
-  reproducible on the same layout only.
+A layer's stream is its qualified name once ``name_stochastic_layers(model)`` ran (the trainer does), else its
+construction order.  ``train.seed`` itself keys it (never the per-scope seed), so replicas agree under every
+``train.seed_scope``; outside the trainer's micro-steps the ``c``-th call draws ``(c, 0)``.  A graph that takes the
+step (``engine.graph.StepFedGraph``) draws eager "layout_invariant" masks in both modes (``_drop_traced`` says why);
+a layer traced in any other graph is refused by name (``graph_calls.UnkeyedGraphDraw``).
 
-Which draw a call makes (``libai_ext.random.draws``): inside the trainer's micro-step, the
-layer's ``j``-th call draws ``(train.seed, stream, global step, j)`` with rows numbered by their
-place in the step's global batch (gradient accumulation included); outside, the ``c``-th call
-draws ``(c, 0)``.  The stream is the module's qualified name once ``name_stochastic_layers(model)``
-ran (the trainer does it), otherwise its construction order.  ``train.seed`` itself keys them
-(never the per-scope seed), so replicas agree under every ``train.seed_scope``.  In a train
-graph that takes the step as an input (``engine.graph.StepFedGraph``: ``libai_ext.engine.GraphBase``,
-and whatever graph ``ConsistentBatchTrainer`` builds), graph steps draw the masks eager "layout_invariant" steps draw, in both modes ("fast" is eager-only: see
-``_drop_traced``).  A layer traced in a graph that does not give it the step is refused by name
-(``graph_calls.UnkeyedGraphDraw``): its mask would be frozen at trace time.
-
-What a call computes and keeps, as OneFlow's dropout kernel does: the output is ``x * m``, ``m``
-in ``x``'s dtype holding the scale where kept and 0 where dropped, so a kept element is ``x``
-times the scale rounded to ``x``'s dtype (OneFlow's CUDA kernel rounds it so for float16 and
-bfloat16; its CPU kernel has float32 and float64 only) and a dropped one is ``x * 0`` (a signed
-zero, NaN for an infinite ``x``); the scale is ``1 / (1 - p)`` computed in float32 (OneFlow's
-``1.0f / (1.0f - rate)``; LiBai's ``DropPath``: ``1 / (1 - p)`` with ``1 - p`` rounded to
-float32 first).  ``p = 1`` gives ``x * 0``, ``p = 0`` returns ``x``.  Autograd keeps the 1-byte
-mask for the backward pass (``_scale_kept``), not ``m``.
+As OneFlow's dropout kernel: the output is ``x * m``, ``m`` in ``x``'s dtype holding the scale where kept and 0 where
+dropped, so a kept element is ``x`` times the scale rounded to ``x``'s dtype and a dropped one ``x * 0`` (a signed
+zero, NaN for an infinite ``x``).  The scale is ``1.0f / (1.0f - rate)`` in float32 (``DropPath``: LiBai's
+``1 / (1 - p)`` with ``1 - p`` rounded to float32 first).  Autograd keeps the 1-byte mask for backward
+(``_scale_kept``), not ``m``.
 """
 import functools
 import itertools
@@ -177,11 +163,9 @@ class _CounterStream(nn.Module):
     drop = forward  # (what ``DropPath.forward`` and the routed functional ops call)
 
     def _drop_traced(self, x, mask_shape, mask_sbp):
-        """Inside ``nn.Graph`` (``self`` is then OneFlow's proxy of the layer): the counter-based
-        mask in both modes, an element-wise one computed and applied by the keyed-dropout op where it serves.
-        OneFlow 0.9.0's graph dropout ignores the generator it is given (measured: every dropout of every graph
-        draws one mask sequence, whatever the seeds and ``flow.manual_seed``), so "fast" has no per-layer,
-        per-shard stream there."""
+        """Inside ``nn.Graph`` (``self`` is then OneFlow's proxy of the layer): the counter-based mask in both modes
+        (the keyed-dropout op where it serves).  OneFlow 0.9.0's graph dropout ignores its generator (measured: every
+        graph dropout draws one mask sequence, whatever the seeds), so "fast" has no per-shard stream there."""
         layer = self.to(nn.Module) if isinstance(self, ProxyModule) else self
         step, call = graph_calls.traced_draw(layer, x, name=f"{type(layer).__name__} {layer.stream!r}")
         keys = call_keys(stream_words(step.seed, layer.stream), step.hashed, call)

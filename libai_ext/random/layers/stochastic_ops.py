@@ -1,32 +1,17 @@
 """Every random op of OneFlow inside a model's forward, drawn from ``libai_ext``'s streams or refused by name.
 
-``route_stochastic_ops()`` (the trainer calls it once per process; explicit, idempotent) hands the
-calls ``random.oneflow_draws`` wraps (every op of the random-op inventory, under every name that
-reaches it: module attributes, names bound at import, ``Tensor`` methods, helper functions) to
-``route`` while a watched model's forward runs (``watch_model``: the trainer's model) or a graph
-is traced.  Anywhere else (data augmentation, initial weights) OneFlow's own ops run.
+``route_stochastic_ops()`` (the trainer calls it once per process; explicit, idempotent) hands the calls
+``random.oneflow_draws`` wraps (every op of the random-op inventory, under every name that reaches it) to ``route``
+while a watched model's forward runs (``watch_model``) or a graph is traced; anywhere else OneFlow's own ops run.
+A call belongs to the nearest watched module whose ``forward`` is on the stack and to its call site (the first frame
+outside OneFlow's own Python).  The dropout family draws from the ``Dropout`` of the op's role (``conversion.ROLES``)
+or one per (call site, rate), named ``<module>:<op>@<file>:<line>(<function>)/p=<p>``; the other ops draw per call
+site by global position (``random_ops``); ``random.audit.REFUSED`` ops are refused under ``"layout_invariant"`` and
+warned about once per call site under ``"fast"`` (each op: docs/randomness.md).
 
-Inside a forward, each call belongs to the nearest module of a watched model whose ``forward`` is
-on the stack (the calling frame's ``self``, or a helper's caller), and to its call site (the first
-frame outside OneFlow's own Python, e.g. the user line that called ``Tensor.uniform_``):
-
-* the dropout family draws from a ``libai_ext.random.layers.Dropout``: for LiBai's layers the one of the
-  op's role (``conversion.ROLES``: the fused and unfused paths draw the same masks), for any other
-  module one per (call site, rate), named ``<module>:<op>@<file>:<line>(<function>)/p=<p>``;
-* the other random ops (``rand``, ``randn``, ``randint``, ``randperm``, ``normal``,
-  ``bernoulli``, ``uniform_``, ``exponential_``, ``gumbel_softmax``...) draw from a stream per call
-  site, ``<module>:<op>@<file>:<line>(<function>)``, by each element's global position
-  (``random.forward_draws``);
-* ops no key can make layout-independent (``random.audit.REFUSED``: the RNNs' dropout, data
-  readers, embedding stores) are refused under ``train.randomness="layout_invariant"``, naming the
-  op and the call site, and run as OneFlow's with one warning per call site under ``"fast"``.
-
-A module that is no part of a watched model (a teacher held outside the module tree) drawing
-inside a watched forward is refused the same way: watch it too.  Two watched models with the same
-qualified names (a teacher and its student built apart, a discriminator) would draw the same
-masks: the second is watched with a ``place`` (``watch_model(teacher, place="teacher")``), which
-prefixes its streams, and running both unprefixed in one training step is refused.  The trainer's
-own model keeps its plain names.
+A module of no watched model drawing inside a watched forward is refused the same way.  Two watched models with the
+same qualified names would draw the same masks: the second is watched with a ``place`` that prefixes its streams (the
+trainer's model keeps plain names), and both running unprefixed in one training step is refused.
 """
 import logging
 import os
