@@ -1,10 +1,7 @@
-"""``libai-ext-check-batch`` (``tools/check_batch.py``): do the ranks that must agree on a batch agree,
-for a config's data pipeline, layout and trainer?
+"""``libai-ext-check-batch`` (``tools/check_batch.py``): do the ranks that must agree on a batch agree?
 
-Builds the configured data pipeline on the configured layout with the configured trainer
-(``train.trainer``), runs N batches through augmentation, mixup and the trainer's ``get_batch``,
-and prints one row per field: placement_idx, agree / disagree, which ranks disagree, and the
-largest absolute difference.  No training step runs.
+Checks a config's data pipeline, layout and trainer (``train.trainer``) without training, one row per batch field
+(``DESCRIPTION``, docs/tools.md).
 """
 import sys
 

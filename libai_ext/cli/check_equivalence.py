@@ -1,12 +1,8 @@
-"""``libai-ext-check-equivalence`` (``tools/check_equivalence.py``): does the parallel layout change
-the training?  Run a config on several layouts and compare each with the first.
+"""``libai-ext-check-equivalence`` (``tools/check_equivalence.py``): does the parallel layout change the training?
 
-Each layout trains from the same seed for ``--iters`` iterations on its own ranks
-(``libai_ext.testing.launch``, hard timeout), through the same code as ``libai-ext-train`` plus a
-``ModuleRecorder`` (``libai_ext/engine/module_recorder.py``).  The ranks run this module
-(``python -m libai_ext.cli.check_equivalence --as-rank RUNS.json``), whichever way the tool was
-started; with several ``--config-file`` they train each config in turn in one launch per layout
-(OneFlow's start-up is most of a short run).
+Each layout trains under ``libai_ext.testing.launch`` (hard timeout) with ``libai-ext-train``'s code plus a
+``ModuleRecorder``; its ranks run this module (``--as-rank RUNS.json``) however the tool was started.  Several
+``--config-file`` train in turn in one launch per layout: OneFlow's start-up is most of a short run.
 """
 import json
 import os

@@ -1,8 +1,6 @@
-"""What every command-line tool shares: parsing with ``key=value`` overrides anywhere, help
-layout, ``--version``, one-line usage errors (exit code 2), and re-launching a tool's own module
-on ranks.
-
-Standard library only: a tool parses its arguments before it imports OneFlow or LiBai.
+"""What every command-line tool shares: parsing with ``key=value`` overrides anywhere, help layout, ``--version``,
+one-line usage errors (exit code 2), and re-launching a tool's own module on ranks.  Standard library only: a tool
+parses its arguments before it imports OneFlow or LiBai.
 """
 import argparse
 import os
@@ -44,15 +42,11 @@ def epilog(exit_codes=(), examples=()):
 
 
 class ToolParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose ``key=value`` config overrides may sit before, between or after
-    the options (LiBai's own parser takes everything after the first override as an override, so
-    ``... train.train_iter=5 --resume`` handed ``--resume`` to Hydra).
+    """An ``ArgumentParser`` whose ``key=value`` config overrides may sit before, between or after the options.
 
-    With ``overrides=True`` the words that are overrides (``is_override``) and are not the value
-    of an option end up, in order, in ``args.opts``.  Help keeps the description and epilog as
-    written.  Every tool answers ``--version`` (``libai_ext.__version__``), and a bad argument is
-    one line on stderr and exit code 2 (the usage block is left to ``--help``).
-    """
+    LiBai's own parser takes everything after the first override as an override (``... train.train_iter=5
+    --resume`` hands ``--resume`` to Hydra).  With ``overrides=True`` the overrides that are no option's value go,
+    in order, to ``args.opts``.  A bad argument is one line on stderr and exit code 2."""
 
     def __init__(self, *args, overrides=False, **kwargs):
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
@@ -127,19 +121,15 @@ def compare_losses(reference, losses, rtol):
 def module_target(module_name):
     """What ``libai_ext.testing.launch`` runs on each rank for a tool's module: ``python -m MODULE``.
 
-    The module, not the file the tool was started from: an installed console script, a
-    ``python -m`` run and a checkout's ``tools/*.py`` then start the same code on the ranks.
-    """
+    Not the file the tool was started from: a console script, ``python -m`` and ``tools/*.py`` run the same code."""
     return ("-m", module_name)
 
 
 def rank_environ(environ=None):
     """``environ`` for rank processes, with this ``libai_ext`` importable as ``-m`` needs it.
 
-    A checkout run (``tools/*.py``, or ``PYTHONPATH`` pointing at a worktree) puts the package's
-    folder first on ``PYTHONPATH``, so the ranks import the same ``libai_ext`` as this process; an
-    installed package is importable already (its site-packages folder is not added).
-    """
+    A checkout's folder goes first on ``PYTHONPATH``, so the ranks import the same ``libai_ext`` as this process; an
+    installed package's site-packages folder is not added."""
     environ = dict(os.environ if environ is None else environ)
     site_dirs = set(site.getsitepackages()) | {site.getusersitepackages()}
     if PACKAGE_ROOT not in site_dirs:

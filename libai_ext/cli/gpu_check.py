@@ -1,8 +1,7 @@
-"""``libai-ext-gpu-check`` (``tools/gpu_check.py``, ``make gpu-check``): check libai_ext on this
-machine's GPUs; prints one table row per check.
+"""``libai-ext-gpu-check`` (``tools/gpu_check.py``, ``make gpu-check``): check libai_ext on this machine's GPUs.
 
-It runs the repository's demo config and a rank script of its test suite, so it needs a checkout
-of libai_ext (the one this package was installed from, or ``--repo``).
+One table row per check (``CHECKS``).  It runs the repository's demo config and rank scripts of its test suite, so
+it needs a checkout of libai_ext (the one this package was installed from, or ``--repo``).
 """
 import os
 import sys

@@ -6,7 +6,7 @@ import sys
 
 from .common import ToolParser, epilog
 
-DEFAULT_ROOT = "./data/libai_text"  # libai_ext.data.text_data.DEFAULT_ROOT, imported after parsing: no OneFlow in --help
+DEFAULT_ROOT = "./data/libai_text"  # text_data.DEFAULT_ROOT; text_data is imported after parsing (no OneFlow in --help)
 
 DESCRIPTION = """\
 Build the data of configs/libai_gpt2_cpu.py and configs/libai_bert_cpu.py: real English prose that

@@ -1,8 +1,6 @@
-"""``libai-ext-train`` (``tools/train_net.py``): train or evaluate a LiBai config with the trainer
-that ``train.trainer`` names.
+"""``libai-ext-train`` (``tools/train_net.py``): train or evaluate a LiBai config with its ``train.trainer``.
 
-The command line is parsed here, before OneFlow and LiBai are imported; the run itself is
-``libai_ext.engine.launch``.
+The command line is parsed here, before OneFlow and LiBai are imported; the run itself is ``libai_ext.engine.launch``.
 """
 import os
 import sys

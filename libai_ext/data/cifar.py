@@ -48,10 +48,8 @@ def _to_tensor(img):
 class CIFAR100Folder(flow.utils.data.Dataset):
     """CIFAR-100 (or anything in its pickle format) as LiBai ``Instance`` samples.
 
-    Samples are ``Instance(images=DistTensorData(img, placement_idx=0),
-    labels=DistTensorData(label, placement_idx=-1))`` like ``libai.data.datasets.CIFAR100Dataset``.
-    ``transform`` receives a 32x32 RGB PIL image; without one, images become float CHW in [0, 1].
-    ``max_samples``: only the first ones (short epochs for tests and quick runs).
+    As ``CIFAR100Dataset`` makes them (``images`` at placement_idx 0, ``labels`` at -1).  ``transform`` receives a
+    32x32 RGB PIL image (without one: float CHW in [0, 1]); ``max_samples`` keeps the first ones (short epochs).
     """
 
     def __init__(self, root, train=True, transform=None, max_samples=None):

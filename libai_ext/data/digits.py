@@ -1,9 +1,7 @@
 """scikit-learn's handwritten digits written as a CIFAR-100 folder, or as an ImageNet folder.
 
-A real (if small) image dataset that ships with scikit-learn, so training runs need no download.
-``ensure_digits_cifar`` stores it in the ``cifar-100-python`` pickle format, read back by
-``CIFAR100Folder``, the same code path as real CIFAR-100; ``ensure_digits_imagenet`` as PNG files in
-ImageNet's folder layout (``train/<class>/``, ``val/<class>/``), read by LiBai's own
+A real (if small) image dataset bundled with scikit-learn: no download.  ``ensure_digits_cifar``'s folder goes
+through real CIFAR-100's code path (``CIFAR100Folder``), ``ensure_digits_imagenet``'s through LiBai's own
 ``ImageNetDataset`` (flowvision's ``ImageFolder``).
 """
 import json
@@ -76,9 +74,7 @@ def _write_split(path, images, labels):
 def ensure_digits_cifar(root):
     """Write the digits under ``<root>/cifar-100-python/`` unless already there; return ``root``.
 
-    Safe when several ranks call it at once: each writes a private temporary folder and renames
-    it into place; a rename that loses the race is discarded.
-    """
+    Safe when several ranks call it at once: each writes a private temporary folder and renames it into place."""
     folder = os.path.join(root, FOLDER)
     if os.path.isdir(folder):
         if _complete(folder):

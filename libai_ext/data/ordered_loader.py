@@ -1,18 +1,10 @@
 """The train loader over a ``GlobalOrderBatchSampler``: it knows which batch the trainer has reached.
 
-Three things a plain ``DataLoader`` does not do:
-
-* it starts reading at the first batch asked for, not when iterated.  LiBai's trainers call
-  ``iter(loader)`` in their constructor, before ``resume_or_load`` restores the data position
-  from the checkpoint; with workers, OneFlow's iterator would already have sent them the
-  indices of the old position;
-* ``delivered``: the position of the next batch handed to the trainer.  The sampler itself
-  runs ahead by the batches the workers prefetch, so its own position is not the trainer's;
-* each batch handed out carries its ``BatchPosition`` (epoch, optimizer step, micro-batch,
-  first global position), read with ``batch_position(batch)``.
-
-``restart_at(position)`` makes the next batch asked for the one at ``position`` (the workers,
-if running, are stopped and started again from there).
+It starts reading at the first batch asked for, not when iterated: LiBai's trainers call ``iter(loader)`` in their
+constructor, before ``resume_or_load`` restores the data position, and OneFlow's iterator would already have sent
+the workers the old position's indices.  ``delivered`` is the position of the next batch handed to the trainer (the
+sampler runs ahead by the workers' prefetch).  Each batch carries its ``BatchPosition`` (``batch_position``,
+docs/data_order.md); ``restart_at(position)`` makes the next batch the one at ``position`` (running workers restart).
 """
 from libai.data.structures import Instance
 from oneflow.utils.data import DataLoader

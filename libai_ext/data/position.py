@@ -1,20 +1,12 @@
-"""The train data position, saved and restored with checkpoints (a LiBai checkpointable).
+"""The train data position, saved and restored with checkpoints (a LiBai checkpointable; docs/data_order.md).
 
-LiBai resumes its sampler from ``dataloader.consumed_samples = start_iter x train.global_batch_size``
-(divided by the accumulation steps in eager mode): computed with the *new* global batch, so a
-run resumed with another one silently skips or repeats samples.  ``DataPosition`` has
-``state_dict``/``load_state_dict``; registered in the trainer's checkpointer, it rides in every
-checkpoint that writer saves, and a resume continues from it:
+LiBai resumes its sampler from ``dataloader.consumed_samples``, computed with the *new* global batch, so a run resumed
+with another one silently skips or repeats samples.  Registered in the trainer's checkpointer:
 
-* the global-order sampler (``train.randomness="layout_invariant"``): the position is saved in
-  layout-free terms (epoch, where the current global batch starts in the epoch's order, optimizer
-  step, consumed samples).  A resume with another global batch continues at the exact next
-  sample; an epoch whose rest cannot fill a new global batch ends there, as every epoch's tail
-  does.  Refused, naming the config key: another dataset size, ``train.seed`` or shuffle (another
-  order), and a changed split when the checkpoint lies inside an optimizer step (eager
-  accumulation with ``train.checkpointer.period`` not a multiple of it);
-* any other sampler (``"fast"`` mode's ``CyclicSampler``, or the config's own sampler):
-  ``GlobalBatchGuard`` saves the global batch and refuses a resume under another one.
+* ``DataPosition`` (the global-order sampler, ``train.randomness="layout_invariant"``) is saved in layout-free terms,
+  so a resume with another global batch continues at the exact next sample; another dataset size, ``train.seed`` or
+  shuffle, or a changed split inside an optimizer step, is refused naming the config key;
+* ``GlobalBatchGuard`` (any other sampler) saves the global batch and refuses a resume under another one.
 """
 import logging
 

@@ -1,16 +1,9 @@
 """A corpus of real English prose that every installation already has: no download.
 
-Two sources ship with the software this project installs:
-
-* scikit-learn's dataset descriptions (``sklearn/datasets/descr/*.rst``): a few pages on each
-  bundled dataset, its origin and its uses;
-* CPython's own reference documentation (``pydoc_data.topics``, the text ``help()`` shows):
-  several hundred KB of technical English.
-
-``corpus_paragraphs`` keeps their prose paragraphs (headings, tables, field lists, code and
-indented blocks are dropped), in a fixed order, and ``split_sentences`` cuts a paragraph into
-sentences for BERT's sentence pairs.  The text depends on the installed versions of both
-packages: ``corpus_digest`` names what was read.
+The sources: scikit-learn's dataset descriptions (``sklearn/datasets/descr/*.rst``) and CPython's reference
+documentation (``pydoc_data.topics``, what ``help()`` shows).  ``corpus_paragraphs`` keeps their prose paragraphs in
+a fixed order; ``split_sentences`` cuts one into sentences for BERT's sentence pairs.  The text depends on both
+packages' installed versions: ``corpus_digest`` names what was read.
 """
 import glob
 import hashlib

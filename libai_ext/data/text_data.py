@@ -1,35 +1,19 @@
 """Real text for LiBai's GPT-2, BERT, T5 and RoBERTa pretraining, built offline with LiBai's own preprocess tool.
 
-``ensure_text_data(root)`` writes, once, into ``root``:
+``ensure_text_data(root)`` writes, once, into ``root`` (``FILES``): the corpus (``text_corpus``) as documents and as
+sentences; a byte-level BPE in GPT-2's and RoBERTa's layouts and a WordPiece vocabulary trained on it
+(``tokenizer_training``); LiBai's indexed datasets of the documents (GPT-2), of the sentences by ``BertTokenizer``
+(BERT, T5) and by ``GPT2Tokenizer`` on RoBERTa's files (LiBai 0.1.1 has no ``RobertaTokenizer``; both give the same
+ids); and, last, ``MANIFEST.json``: what was built, from what, with which settings.
 
-* ``corpus/documents.jsonl``: one ``{"text": ...}`` line per source document (``text_corpus``:
-  scikit-learn's dataset descriptions and CPython's reference documentation), its prose
-  paragraphs separated by blank lines; ``corpus/sentences.jsonl``: one line per sentence, in
-  the same order, with the number of the document it belongs to;
-* ``gpt2/vocab.json`` + ``gpt2/merges.txt`` (a byte-level BPE in GPT-2's format) and
-  ``bert/vocab.txt`` (a WordPiece vocabulary), trained on that corpus (``tokenizer_training``), and
-  ``roberta/vocab.json`` + ``roberta/merges.txt`` (the same BPE in RoBERTa's layout);
-* ``gpt2_text_document.{bin,idx}``: LiBai's ``tools/preprocess_data.py`` with ``GPT2Tokenizer``
-  over the documents (one indexed document per source document);
-* ``bert_text_sentence.{bin,idx}``: the same tool with ``BertTokenizer`` over the sentences,
-  then grouped back into their documents (see below); LiBai's T5 reads it too;
-* ``roberta_text_sentence.{bin,idx}``: the same over RoBERTa's files, tokenized by ``GPT2Tokenizer``
-  (LiBai 0.1.1 has no ``RobertaTokenizer``; both encode text by the same byte-level BPE, to the
-  same ids);
-* ``MANIFEST.json``, written last: what was built, from what, with which settings.
+BERT's sentence pairs (and T5's, RoBERTa's sequences) need documents of several sentences, which the tool makes only
+with ``--split-sentences``: NLTK's Punkt model, downloaded at run time.  So the tool runs over one sentence per line
+and ``group_into_documents`` rewrites the index alone, with LiBai's own writer: the same tokens, document boundaries
+back at the source documents.
 
-BERT's sentence pairs need documents of several sentences.  The tool makes them only with
-``--split-sentences``, which needs NLTK's Punkt model, downloaded at run time (no download
-here).  So the tool runs over one sentence per JSON line (each becomes a one-sentence document
-in its output), and ``group_into_documents`` then rewrites the index alone, with LiBai's own
-index writer: the same tokens, the sentence sizes unchanged, document boundaries back at the
-source documents.  LiBai's ``BertDataset`` then builds sentence pairs (``binary_head=True``);
-``T5Dataset`` and ``RobertaDataset`` fill their sequences from a document's sentences.
-
-The tool is taken from a LiBai source tree or archive (``libai_source``; LiBai main's archive
-works with either installed LiBai line, and both write the same bytes), extracted to a
-temporary folder for the run and removed.  Building takes about half a minute, under a file
-lock so that the ranks of a launch wait for one builder; afterwards a call returns at once.
+The tool comes from a LiBai source tree or archive (``libai_source``; LiBai main's works with either LiBai line, to
+the same bytes), extracted to a temporary folder.  A build takes about half a minute, under a file lock so that the
+ranks of a launch wait for one builder.
 """
 import contextlib
 import fcntl
@@ -319,8 +303,7 @@ def _locked(root):
 def ensure_text_data(root=DEFAULT_ROOT, libai_source=None, python=None, **settings):
     """Build the text data under ``root`` unless it is there; returns ``root``.
 
-    ``settings`` (``bpe_merges``, ``wordpiece_size``, ``max_chars``) default to
-    ``DEFAULT_SETTINGS``; a folder built with other settings is refused, never overwritten.
+    ``settings`` override ``DEFAULT_SETTINGS`` (a folder built with other ones is refused, never overwritten);
     ``python`` runs LiBai's tool (default: this interpreter).
     """
     unknown = set(settings) - set(DEFAULT_SETTINGS)

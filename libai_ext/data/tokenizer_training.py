@@ -1,17 +1,10 @@
 """Tokenizer files trained on a corpus, in the formats LiBai's tokenizers read.
 
-* ``train_byte_bpe`` + ``write_gpt2_files``: a byte-level BPE in GPT-2's format (``vocab.json`` +
-  ``merges.txt``).  Text is cut into pre-tokens by GPT-2's regular expression, each pre-token's
-  UTF-8 bytes are spelled in GPT-2's printable byte alphabet (``byte_alphabet``), and the most
-  frequent adjacent pair is merged, again and again.  The vocabulary is the 256 byte symbols,
-  then one entry per merge in merge order, then ``<|endoftext|>``, as in GPT-2's own files, so
-  LiBai's ``GPT2Tokenizer`` loads them unchanged.
-* ``write_roberta_files``: the same BPE in RoBERTa's layout (``<s>``, ``<pad>``, ``</s>``, ``<unk>``
-  first, the BPE symbols, ``<mask>`` last), for LiBai's ``RobertaTokenizer``.
-* ``wordpiece_vocab`` + ``write_wordpiece_vocab``: a ``vocab.txt`` for LiBai's ``BertTokenizer``:
-  BERT's special tokens, every character seen (alone and as a ``##`` continuation), then the
-  corpus' most frequent words and word endings.  Any text made of those characters tokenizes
-  without ``[UNK]``.
+* ``train_byte_bpe`` + ``write_gpt2_files``: a byte-level BPE that LiBai's ``GPT2Tokenizer`` loads unchanged
+  (GPT-2's pre-tokens and byte alphabet; vocabulary: the 256 bytes, one entry per merge in order, ``<|endoftext|>``);
+  ``write_roberta_files`` writes it in RoBERTa's layout for ``RobertaTokenizer``;
+* ``wordpiece_vocab`` + ``write_wordpiece_vocab``: a ``vocab.txt`` for ``BertTokenizer`` with every character seen
+  (alone and as a ``##`` continuation), so text made of them tokenizes without ``[UNK]``.
 
 Both are deterministic: ties are broken by the symbols themselves.
 """
@@ -36,11 +29,8 @@ ROBERTA_MASK = "<mask>"
 def byte_alphabet():
     """``{byte: character}``: GPT-2's spelling of the 256 byte values as printable characters.
 
-    Bytes that are printable Latin-1 characters (``!``..``~``, ``¡``..``¬``, ``®``..``ÿ``) stand for
-    themselves; the other 68 (control characters, space, soft hyphen...) take the characters
-    from U+0100 on, in byte order.  The dictionary is ordered as GPT-2's vocabulary lists them:
-    the printable ones first.
-    """
+    Printable Latin-1 bytes stand for themselves; the other 68 (control characters, space, soft hyphen...) take the
+    characters from U+0100 on, in byte order.  Ordered as GPT-2's vocabulary lists them: the printable ones first."""
     printable = [b for b in range(256) if 0x21 <= b <= 0x7E or 0xA1 <= b <= 0xAC or 0xAE <= b <= 0xFF]
     others = [b for b in range(256) if b not in set(printable)]
     alphabet = {b: chr(b) for b in printable}
@@ -99,12 +89,8 @@ class _PairCounts:
 
 
 def train_byte_bpe(texts, num_merges):
-    """``(vocab, merges)``: a byte-level BPE of ``num_merges`` merges (fewer if the corpus runs
-    out of pairs that occur twice) learnt from ``texts``.
-
-    ``vocab`` maps each symbol to its id (bytes, then merges, then ``<|endoftext|>``);
-    ``merges`` lists the merged pairs in the order LiBai's tokenizer applies them.
-    """
+    """``(vocab, merges)``: a byte-level BPE of ``num_merges`` merges (fewer if the corpus runs out of pairs that
+    occur twice) learnt from ``texts``; ``vocab`` maps symbol to id, ``merges`` is in the order LiBai applies them."""
     alphabet = byte_alphabet()
     bag = collections.Counter()
     for text in texts:
@@ -178,13 +164,9 @@ def bert_words(text, lower_case=True):
 
 
 def wordpiece_vocab(texts, size, min_count=2, max_suffix=4):
-    """A WordPiece vocabulary of at most ``size`` entries (at least the special tokens and the
-    characters) for ``texts``.
-
-    After the special tokens and the characters come whole words and ``##`` word endings
-    (2 to ``max_suffix`` characters, counted over words not kept whole), most frequent first,
-    each seen at least ``min_count`` times.
-    """
+    """A WordPiece vocabulary of at most ``size`` entries (at least the special tokens and the characters) for
+    ``texts``; then whole words and ``##`` word endings (2 to ``max_suffix`` characters, counted over words not kept
+    whole), most frequent first, each seen at least ``min_count`` times."""
     words = collections.Counter()
     for text in texts:
         words.update(bert_words(text))

@@ -21,9 +21,7 @@ def broadcast_object(value, src=0):
 def agree_on(src, compute):
     """Run ``compute()`` on rank ``src`` only and hand every rank its result.
 
-    An exception on ``src`` is raised on every rank (with ``src``'s message), so no rank is
-    left waiting in the broadcast for a rank that failed.
-    """
+    An exception on ``src`` is raised on every rank (with its message): no rank waits in the broadcast for it."""
     outcome, error = None, None
     if flow.env.get_rank() == src:
         try:

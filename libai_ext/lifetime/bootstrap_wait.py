@@ -1,10 +1,8 @@
 """A launched rank other than 0 waits for rank 0's bootstrap server before it imports OneFlow.
 
-OneFlow 0.9.0 bootstraps a multi-rank job inside ``import oneflow``: each rank connects to rank 0 at
-``MASTER_ADDR:MASTER_PORT``, and a rank that asks before rank 0 listens sleeps a hard-coded 10 s
-before asking again (docs/upstream-bugs.md §18).  Waiting for the port first costs a few
-milliseconds instead.  This module uses the standard library only, and ``import libai_ext`` loads
-nothing else, so it can run before anything has imported OneFlow.
+OneFlow 0.9.0 bootstraps inside ``import oneflow``, and a rank that asks before rank 0 listens sleeps a hard-coded
+10 s (docs/upstream-bugs.md §18); waiting for the port costs milliseconds.  Standard library only, and ``import
+libai_ext`` loads nothing else, so it runs before anything imports OneFlow.
 """
 import os
 import socket

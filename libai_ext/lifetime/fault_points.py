@@ -1,10 +1,8 @@
 """Named points of a checkpoint save and of a training step where an installed hook may act (standard library only).
 
-The runtime calls ``fault_point(phase, checkpoint)`` at each phase of a save (``CommittedCheckpointer``)
-and of a step (``lifetime.preemption``), and wraps LiBai's writing of the weights in
-``weights_being_written(checkpoint)``.  Without a hook both do nothing.  The tests install one
-(``libai_ext.testing.fault_injection``: kill, signal or stall a rank at a chosen phase) with
-``install(hook)``; the runtime itself never imports it.
+The runtime calls ``fault_point(phase, checkpoint)`` at each phase of a save (``CommittedCheckpointer``) and of a
+step (``lifetime.preemption``), and wraps LiBai's writing of the weights in ``weights_being_written``.  Both do
+nothing until the tests ``install(hook)`` (``libai_ext.testing.fault_injection``), which the runtime never imports.
 """
 import contextlib
 

@@ -1,17 +1,11 @@
 """Each rank ends with the ``oneflow.distributed.launch`` that started it.
 
-When a rank fails, OneFlow 0.9.0's launcher stops the others with ``os.killpg(os.getpid(), ...)``:
-that reaches them only if the launcher leads its process group.  Started under ``timeout``
-(``make demo``), a batch script or a supervisor, it does not (``timeout`` leads the group), the
-``killpg`` finds no such group, the launcher exits, and the surviving ranks run on, blocked in
-a collective, until OneFlow's own peer check ends them 1-12 s later, or never.
-
-``die_with_launcher()`` asks the kernel (``prctl(PR_SET_PDEATHSIG)``) to send this rank SIGKILL
-the moment its parent, the launcher, ends, however it ends.  Applied only when the parent is
-OneFlow's launcher (a rank started by hand or by another supervisor is left alone), on Linux.
-``LIBAI_EXT_DIE_WITH_LAUNCHER=0`` turns it off.  While a preemption watcher is armed
-(``libai_ext.lifetime.preemption_signals``) the parent-death signal is one it handles instead, so
-that a rank can finish a preemption save after the launcher's immediate exit.
+When a rank fails, OneFlow 0.9.0's launcher stops the others with ``os.killpg(os.getpid(), ...)``, which misses
+them when it does not lead its process group (under ``timeout``, a batch script or a supervisor): they run on,
+blocked in a collective, until OneFlow's peer check ends them 1-12 s later, or never.  ``die_with_launcher()`` has
+the kernel SIGKILL the rank when its parent, OneFlow's launcher, ends (``prctl(PR_SET_PDEATHSIG)``).  While a
+preemption watcher is armed (``preemption_signals``) it handles that signal instead, so a rank can finish a
+preemption save after the launcher's immediate exit.
 """
 import ctypes
 import ctypes.util
@@ -49,9 +43,8 @@ def is_oneflow_launcher(pid):
 def die_with_launcher():
     """Arrange for this process to be killed when its launcher ends; True if arranged.
 
-    Idempotent.  A no-op (False) off Linux, when the parent is not OneFlow's launcher, or with
-    ``LIBAI_EXT_DIE_WITH_LAUNCHER=0``.
-    """
+    Idempotent; a no-op (False) off Linux, when the parent is not OneFlow's launcher, or with
+    ``LIBAI_EXT_DIE_WITH_LAUNCHER=0``."""
     if os.environ.get(DISABLE_ENV, "1") == "0" or not sys.platform.startswith("linux"):
         return False
     parent = os.getppid()
@@ -69,9 +62,8 @@ def die_with_launcher():
 def set_parent_death_signal(sig):
     """The signal this process (its calling thread: the main thread here) gets when its parent ends.
 
-    ``prctl(PR_SET_PDEATHSIG)`` belongs to the thread that calls it: call it from the thread that
-    called ``die_with_launcher``, the main thread.  False where it cannot be set.
-    """
+    ``prctl(PR_SET_PDEATHSIG)`` belongs to the calling thread: call it from the one that called
+    ``die_with_launcher``, the main thread.  False where it cannot be set."""
     if not sys.platform.startswith("linux"):
         return False
     libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)

@@ -1,18 +1,11 @@
 """One live run per output folder: a second run into a folder that a live run owns is refused.
 
-Two runs writing one ``train.output_dir`` (a job requeued while its first attempt still saves, a
-command started twice) overwrite each other's checkpoints, ``last_checkpoint`` and logs.  Rank 0
-of a training run holds an exclusive ``flock`` on ``<output_dir>/libai_ext.lock`` for as long as
-it lives, and writes its host, process id, start time and command into the file.  The kernel
-(or the network filesystem's lock manager) releases the lock when the process ends, however it
-ends: a dead owner never holds it, and nothing needs cleaning up.
-
-Rank 0 alone takes it: the ranks of one run share the folder, and every run has one rank 0, on
-whichever host.  The other ranks act on rank 0's verdict (``agree_on``), so every rank of a
-refused run stops with the same error, naming the folder and the owner's host and process.  On
-a filesystem shared by several hosts the lock must be visible to all of them (NFSv4, Lustre
-mounted with ``-o flock``, GPFS, BeeGFS do that); where locks are not supported at all the run
-goes on with a warning that says so.
+Two runs writing one ``train.output_dir`` (a job requeued while its first attempt still saves, a command started
+twice) overwrite each other's checkpoints, ``last_checkpoint`` and logs.  Rank 0 alone (every run has one) holds an
+exclusive ``flock`` on ``<output_dir>/libai_ext.lock`` for its lifetime, with its host, process id, start time and
+command in the file; the kernel releases it however the process ends, so nothing needs cleaning up.  The other
+ranks act on rank 0's verdict (``agree_on``): every rank of a refused run stops with the same error.  Shared and
+lock-less filesystems: docs/checkpoints.md#one-live-run-per-output-folder.
 """
 import errno
 import fcntl

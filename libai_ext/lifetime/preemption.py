@@ -1,23 +1,12 @@
 """Preemption: a signal ends training after the step the ranks reach together, with a committed checkpoint.
 
-On SIGTERM or SIGUSR1 (``train.preemption.signals``) the ranks stop together after a step they
-agree on.  At the end of each optimizer step, after every other hook, every rank sends whether it
-was signalled (an all-gather of one flag), and reads what all ranks sent at the end of the
-previous step: every rank reads the same flags at the same step, so all stop after the same step,
-whichever rank saw the signal first and whatever its clock says.  Reading the previous step's
-flags rather than this one's means no rank waits for the others at every step (measured: a
-rendezvous at every step cost pp2 1.5x its step time on a busy host); the stop comes one step
-later: after the step that follows the one in which the rank saw the signal.  The ranks then commit a
-checkpoint of that step through ``CommittedCheckpointer`` (reusing the periodic one if this step
-just committed it), log it, and end with ``EXIT_PREEMPTED`` (143): ``--resume`` continues with
-the next step, as if nothing happened.
-
-An evaluation under way when the signal comes is cut short (the ranks agree before each of its
-batches): its results are not recorded, and the save does not wait for it.
-
-``train.preemption.grace_s`` (25 s) bounds all of it, from the signal on (``preemption_signals``):
-a save that cannot finish in time leaves its folder under the temporary name, the last
-committed checkpoint stays the resume point, and the rank ends with ``EXIT_GRACE_EXPIRED``.
+On a signal of ``train.preemption.signals``: at the end of each optimizer step, after every other hook, every rank
+sends whether it was signalled (an all-gather of one flag) and reads what all ranks sent at the previous step's end,
+so all stop after the same step, whatever their clocks.  Reading the previous step's flags means no rank waits for
+the others every step (a rendezvous every step cost pp2 1.5x its step time on a busy host); the stop comes one step
+later.  The ranks then commit that step's checkpoint (``CommittedCheckpointer``, or the periodic one just committed)
+and end with ``EXIT_PREEMPTED`` (143); an evaluation under way is cut short, unrecorded.  ``train.preemption.grace_s``
+bounds it all (``preemption_signals``).  The whole sequence: docs/checkpoints.md#preemption.
 """
 import contextlib
 import logging
@@ -36,9 +25,8 @@ _training = None  # the watcher of the training under way in this process: evalu
 class Preempted(SystemExit):
     """Raised on every rank once the preemption's checkpoint is committed; exits with ``EXIT_PREEMPTED``.
 
-    A ``SystemExit``: LiBai's training loop (which logs and re-raises every ``Exception``) lets it
-    through after its ``after_train`` hooks, and a script that does not catch it exits with 143.
-    """
+    A ``SystemExit``: LiBai's training loop (which logs and re-raises every ``Exception``) lets it through after
+    its ``after_train`` hooks, and a script that does not catch it exits with 143."""
 
     def __init__(self, checkpoint, iteration):
         super().__init__(EXIT_PREEMPTED)
@@ -156,10 +144,8 @@ def preemptible(trainer):
 def arm_preemption(trainer):
     """Arm a ``PreemptionWatcher`` and register a ``PreemptionHook`` as ``trainer``'s last hook.
 
-    Returns the watcher (None when ``train.preemption.enabled`` is false).  Every rank registers the
-    hook and evaluates through the watcher, so every rank joins their collectives even where the
-    watcher could not be armed.
-    """
+    Returns the watcher (None when ``train.preemption.enabled`` is false).  Every rank registers the hook and
+    evaluates through the watcher, so every rank joins their collectives even where it could not be armed."""
     enabled, signals, grace_s = preemption_settings(trainer.cfg)
     if not enabled:
         return None

@@ -1,30 +1,16 @@
 """Preemption signals on one rank: which arrived, when, and what ends the process (standard library only).
 
-A scheduler preempts a job with SIGTERM (Slurm, Kubernetes) and kills it a grace period later.
-``PreemptionWatcher`` records the first preemption signal, so that training can stop at the end
-of the step and commit a checkpoint (``libai_ext.lifetime.preemption``), and it guarantees an end:
+``PreemptionWatcher`` records the first preemption signal so that training can stop after the step and commit
+(``libai_ext.lifetime.preemption``), and guarantees an end (docs/checkpoints.md#with-oneflows-launcher): ``grace_s``
+after the first signal at the latest (its own deadline, a kernel timer behind it); at once on a second SIGTERM or a
+SIGINT during the save, except the copy of the SIGTERM that OneFlow's launcher sends its process group (one more
+SIGTERM within ``ECHO_WINDOW_S``, where the launcher leads this rank's group).
 
-* the rank ends ``grace_s`` after the first signal at the latest (exit code ``EXIT_GRACE_EXPIRED``,
-  or ``EXIT_PREEMPTED`` if the checkpoint was committed by then), with a kernel timer (SIGALRM,
-  at ``grace_s``) behind its own deadline (a little before);
-* a second SIGTERM, or a SIGINT, during the save ends the rank at once (``EXIT_INTERRUPTED``);
-* OneFlow's launcher answers SIGTERM by sending SIGTERM to its own process group, then exits:
-  the ranks in that group get the signal twice.  When the launcher leads this rank's process
-  group, one more SIGTERM within ``ECHO_WINDOW_S`` of the first is taken for that copy.
-
-Signals are read on a thread of their own, from CPython's wakeup fd: the C-level handler writes
-the signal number into it the moment the signal is delivered, whatever the main thread is
-doing (a OneFlow call that blocks for seconds delays Python-level handlers, not this thread:
-OneFlow releases the GIL while it waits).
-
-The launcher's end.  ``die_with_launcher`` asks the kernel to SIGKILL the rank when its launcher
-ends; but the launcher exits within a second of a SIGTERM, before a rank could save.  While
-armed, the parent-death signal is ``LAUNCHER_ENDED`` (a real-time signal) instead, and the
-watcher decides: a rank that received a preemption signal (or has one pending: the signal that
-made the launcher exit reached this rank before that) finishes its save within the grace
-period; any other rank is killed at once, as before.  A preemption signal that arrives after a
-rank of this host already ended is the launcher stopping a failed job, not a preemption: the
-rank is killed at once too.
+Signals are read on a thread of their own from CPython's wakeup fd, so a OneFlow call that blocks the main thread
+(GIL released) does not delay them.  While armed, the parent-death signal (``launcher``) is ``LAUNCHER_ENDED``, not
+SIGKILL, since the launcher exits within a second of a SIGTERM: a rank that received (or has pending) a preemption
+signal finishes its save; any other is killed at once, as is one signalled after a rank of this host ended (the
+launcher stopping a failed job).
 """
 import logging
 import os

@@ -1,11 +1,9 @@
 """A small MLP-Mixer image classifier split over pipeline stages with LiBai layers.
 
-The demo model: quick on CPU, but built like a real LiBai model so that every
-parallel path is exercised.  Patch embedding on stage 0, ``depth`` mixer blocks
-over the stages as LiBai's layer table places them (block ``i`` has ``layer_idx=i``; set
-``train.dist.pipeline_num_layers = depth``: uniform on 0.1.1, middle stages heavier on main
-with pp >= 4), head and loss on the last stage.
-Channel MLPs are tensor parallel (``col`` then ``row`` Linear).
+The demo model: quick on CPU, but built like a real LiBai model so that every parallel path is exercised.  Patch
+embedding on stage 0; block ``i`` at ``layer_idx=i``, placed by LiBai's layer table (set
+``train.dist.pipeline_num_layers = depth``: uniform on 0.1.1, middle stages heavier on main with pp >= 4); head and
+loss on the last stage; channel MLPs tensor parallel (``col`` then ``row`` Linear).
 """
 import oneflow as flow
 from libai.config import configurable

@@ -1,22 +1,15 @@
 """Swin Transformer that splits over data, tensor and pipeline parallelism (LiBai 0.1.1 layers).
 
-Drop-in for ``libai.models.SwinTransformer`` (same constructor and ``from_config`` keys),
-except that every layer has a pipeline ``layer_idx`` and the attention/MLP weights are
-tensor-parallel:
+Drop-in for ``libai.models.SwinTransformer`` (same constructor and ``from_config`` keys; labels may be class ids or
+soft rows), except that every layer has a pipeline ``layer_idx`` and the attention/MLP weights are tensor-parallel.
 
-* qkv and fc1 are column-parallel, proj and fc2 row-parallel (Megatron style): each
-  tensor-parallel rank owns ``num_heads / tp`` heads, so every Swin stage's ``num_heads``
-  must be divisible by ``train.dist.tensor_parallel_size``.  The qkv output is laid out
-  head-major (``[head][q|k|v][head_dim]``, as in ``libai.layers.MultiheadAttention``) so
-  that a column shard holds whole heads; a timm/libai checkpoint's qkv weight (laid out
-  ``[q|k|v][head][head_dim]``) needs its columns permuted before loading.
-* Blocks are spread evenly over the pipeline stages.  Configure
-  ``train.dist.pipeline_num_layers = sum(depths)``: then block ``i`` uses layer index ``i``.
-  Other values that LiBai accepts work too (each block then uses the first layer index
-  of its stage in LiBai's own layer -> stage table).  Patch embedding is on layer 0, the final norm/pool/head on layer -1,
-  each patch merging on the stage of the last block of its Swin stage.
-
-Labels may be class ids or soft rows (mixup / label smoothing).
+qkv and fc1 are column-parallel, proj and fc2 row-parallel, so every Swin stage's ``num_heads`` must be divisible by
+``train.dist.tensor_parallel_size``.  qkv's output is head-major (``[head][q|k|v][head_dim]``, as in
+``libai.layers.MultiheadAttention``) so that a column shard holds whole heads: a timm/libai checkpoint's qkv weight
+(``[q|k|v][head][head_dim]``) needs its columns permuted before loading.  Blocks spread evenly over the pipeline
+stages: with ``train.dist.pipeline_num_layers = sum(depths)`` block ``i`` takes layer index ``i`` (with another value
+LiBai accepts, its stage's first); patch embedding is on layer 0, norm/pool/head on -1, each patch merging on the
+stage of its Swin stage's last block.
 """
 import numpy as np
 import oneflow as flow
@@ -263,10 +256,9 @@ class BasicLayer(nn.Module):
 class SwinTransformer(nn.Module):
     """Swin Transformer (arXiv:2103.14030) for dp x tp x pp; arguments as ``libai.models.SwinTransformer``.
 
-    Needs ``train.dist.pipeline_num_layers = sum(depths)`` under pipeline parallelism
-    (see the module docstring).  ``forward(images, labels=None)`` returns
-    ``{"losses": loss}`` when training with labels, else ``{"prediction_scores": logits}``.
-    """
+    Needs ``train.dist.pipeline_num_layers = sum(depths)`` under pipeline parallelism (see the module docstring).
+    ``forward(images, labels=None)`` returns ``{"losses": loss}`` when training with labels, else
+    ``{"prediction_scores": logits}``."""
 
     @configurable
     def __init__(self, img_size=224, patch_size=4, in_chans=3, num_classes=1000, embed_dim=96,

@@ -1,32 +1,16 @@
 """Kill, signal or stall one rank at a chosen phase of a checkpoint save or a step (tests only; off unless asked).
 
-``LIBAI_EXT_KILL_AT=<rank>:<phase>:<target>``, e.g. ``0:mid_weights:model_0000005``, makes rank
-``<rank>`` send itself SIGKILL when the save of ``<target>`` reaches ``<phase>``:
+``LIBAI_EXT_KILL_AT=<rank>:<phase>:<target>`` (e.g. ``0:mid_weights:model_0000005``) makes rank ``<rank>`` send
+itself SIGKILL when the save of ``<target>`` reaches ``<phase>`` (``PHASES``: docs/checkpoints.md#kill-points).
+``LIBAI_EXT_SIGNAL_AT`` (SIGTERM to the rank's process group, as a scheduler does) and ``LIBAI_EXT_STALL_AT`` (a
+sleep of an hour or ``LIBAI_EXT_STALL_S`` seconds, as on a slow filesystem) take the same value, also at two points
+of a step (``TRAINING_PHASES``, ``<target>`` the iteration's checkpoint name): ``before_agreement`` (its hooks ran,
+the ranks have not agreed whether to stop) and ``mid_evaluation`` (one batch evaluated).  ``*`` is any target.
 
-* ``before_weights``: the save began, nothing of this checkpoint is written yet;
-* ``mid_weights``: LiBai is writing the weights (after ``MID_WEIGHTS_TENSORS`` tensors);
-* ``after_weights``: weights, optimizer and scheduler are written, this rank's random state is not;
-* ``before_commit``: this rank's part is written, the commit has not begun;
-* ``after_commit``: the checkpoint is committed and ``last_checkpoint`` names it.
-
-Two more actions take the same value, at those phases or at two points of a training step
-(``TRAINING_PHASES``; ``<target>`` is the iteration's checkpoint name, ``model_0000005``):
-
-* ``LIBAI_EXT_SIGNAL_AT``: the rank sends SIGTERM to its process group (its launcher and every
-  rank of this host), as a scheduler does;
-* ``LIBAI_EXT_STALL_AT``: the rank sleeps (an hour, or ``LIBAI_EXT_STALL_S`` seconds) as a save on a
-  slow filesystem would.
-
-``before_agreement``: the step is done, its hooks ran, the ranks have not yet agreed whether to
-stop (``libai_ext.lifetime.preemption``); ``mid_evaluation``: the evaluation after the step has
-evaluated one batch.  A ``<target>`` of ``*`` acts at that phase of any checkpoint or step.
-
-``CommittedCheckpointer`` and the preemption code call ``libai_ext.lifetime.fault_points.fault_point`` at each
-phase, which does nothing until this module is installed there as the hook (``install()``).  A rank
-runs with it as ``python fault_injection.py SCRIPT ARGS...`` (the script then runs as ``__main__``);
-``multirank.launch`` and the tests' ``ReapedJob`` (``tests/reaped_job.py``) start ranks that way when the
-environment holds one of the variables (``with_fault_hook``).  The rank prints one line before it acts, so a test can tell the
-action happened where it asked.
+``libai_ext.lifetime.fault_points`` does nothing until this module is its hook (``install()``): a rank runs
+``python fault_injection.py SCRIPT ARGS...``, as ``multirank.launch`` and ``tests/reaped_job.py`` start ranks when
+the environment asks for an action (``with_fault_hook``).  The rank prints one line before it acts, so a test can
+tell the action happened where it asked.
 """
 import contextlib
 import itertools
@@ -103,9 +87,8 @@ def fault_point(phase, checkpoint):
 def weights_being_written(checkpoint):
     """Around LiBai's writing of a checkpoint's entries: the ``mid_weights`` point.
 
-    OneFlow pickles every tensor of a state dict on every rank (rank 0 also writes it), so
-    counting pickled tensors finds a point inside the weights on any rank.
-    """
+    OneFlow pickles every tensor of a state dict on every rank (rank 0 also writes it), so counting pickled tensors
+    finds a point inside the weights on any rank."""
     actions = [env_name for env_name in _ACTIONS if _armed(env_name, "mid_weights", checkpoint)]
     if not actions:
         yield

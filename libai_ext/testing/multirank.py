@@ -1,17 +1,10 @@
 """Launch an N-rank job with ``oneflow.distributed.launch`` and never hang.
 
-Every rank runs behind ``rank_wrapper`` which sends its output to ``rank<R>.log``
-and records its exit code in ``rank<R>.exit``.  The harness polls those files: on
-the first non-zero exit, or when the timeout passes, it kills the whole process
-group (launcher and every rank) and reports the rank, its command and the tail of
-its log.  Ranks report structured results with ``write_rank_result``: one JSON
-line per call in ``rank<R>.jsonl``.
-
-Ranks run on CPU unless asked otherwise: ``launch`` hides the GPUs of a GPU host from them
-(``CUDA_VISIBLE_DEVICES=""``), so a test that means CPU ranks gets them on every host.
-``device="cuda"``, or ``LIBAI_EXT_TEST_DEVICE=cuda`` in the environment, leaves the GPUs visible.
-
-This module imports nothing from oneflow: it only starts processes.
+Every rank runs behind ``rank_wrapper``, which logs its output to ``rank<R>.log`` and its exit code to
+``rank<R>.exit``.  The harness polls those files and, on the first non-zero exit or at the timeout, kills the whole
+process group (launcher and every rank) and reports the rank, its command and its log's tail.  Ranks report results
+with ``write_rank_result`` (JSON lines in ``rank<R>.jsonl``).  Ranks run on CPU, on a GPU host too, unless
+``device="cuda"`` or ``LIBAI_EXT_TEST_DEVICE=cuda`` (``pin_to_device``).  Imports nothing from oneflow.
 """
 import json
 import os
@@ -80,17 +73,15 @@ class LaunchResult:
     def ranks_logging(self, text):
         """The ranks whose own output contains ``text`` (e.g. an error each rank raised itself).
 
-        Proof that every rank reached an error on its own: once one rank exits non-zero,
-        OneFlow's launcher terminates the others, often before their exit code is recorded.
-        """
+        Proof that every rank reached an error on its own: once one rank exits non-zero, OneFlow's launcher
+        terminates the others, often before their exit code is recorded."""
         return [rank for rank in range(self.nproc) if text in self.log(rank)]
 
     def ended_with(self, code):
         """Whether the job ended as exit code ``code`` says, as OneFlow's launcher lets one end.
 
-        ``0``: every rank exited 0.  Non-zero: a rank exited with ``code`` and every other rank
-        either did too or was still running when the launcher terminated it (no exit code).
-        """
+        ``0``: every rank exited 0.  Non-zero: a rank exited with ``code``, and every other one did too or was still
+        running when the launcher terminated it (no exit code)."""
         codes = [self.returncodes.get(rank) for rank in range(self.nproc)]
         if code == 0:
             return codes == [0] * self.nproc
@@ -124,9 +115,7 @@ def ranks_device(environ=None):
 def pin_to_device(environ, device):
     """``environ`` for processes that run on ``device``: on ``"cpu"`` no GPU is visible to them.
 
-    With no visible device OneFlow's ``cuda.device_count()`` is 0, so OneFlow and LiBai take
-    their CPU paths even on a GPU host.  On ``"cuda"`` the GPUs the caller sees stay visible.
-    """
+    OneFlow's ``cuda.device_count()`` is then 0, so OneFlow and LiBai take their CPU paths even on a GPU host."""
     if device not in TEST_DEVICES:
         raise ValueError(f"device={device!r} is not one of {TEST_DEVICES}")
     environ = dict(environ)
@@ -169,15 +158,11 @@ def launch(script, nproc, args=(), timeout=300, env=None, workdir=None, check=Tr
            device=None, progress=None):
     """Run ``script`` on ``nproc`` ranks (CPU ranks unless ``device="cuda"``); return a ``LaunchResult``.
 
-    ``script`` is a file, or ``("-m", "package.module")`` to run a module as ``python -m`` does.
-    ``progress``, if given, is called with no argument at every poll (a few times a second)
-    while the job runs, e.g. to report how far it got.
-
-    With ``check`` (default), raise ``MultiRankError`` naming the failed rank, or
-    the command and the ranks still running on timeout.  With ``check=False`` the
-    caller inspects ``returncodes`` / ``timed_out`` (tests that expect a failure).
-    With ``stop_on_failure=False`` the job is only killed at the timeout, so a test can
-    see whether every rank exits by itself after one fails.  ``device`` defaults to ``ranks_device()``.
+    ``script`` is a file, or ``("-m", "package.module")``.  ``progress()`` is called at every poll (a few times a
+    second).  With ``check``, raise ``MultiRankError`` naming the failed rank, or the ranks still running at the
+    timeout; with ``check=False`` the caller inspects ``returncodes`` / ``timed_out``.  ``stop_on_failure=False``
+    kills the job only at the timeout, so a test can see whether every rank exits by itself after one fails.
+    ``device`` defaults to ``ranks_device()``.
     """
     workdir = workdir or tempfile.mkdtemp(prefix="multirank-")
     os.makedirs(workdir, exist_ok=True)
@@ -213,13 +198,9 @@ def _script_words(script):
 
 
 def supervise(result, launchers, timeout, stop_on_failure=True, progress=None):
-    """Watch the ranks' exit files until every rank exited, one failed (``stop_on_failure``),
-    every launcher ended, or ``timeout`` passed; then kill every launcher's process group.
-    ``progress()`` is called at every poll.
-
-    Fills ``result.returncodes``, ``timed_out`` and ``wall_s``; returns the launchers' exit codes
-    (None for one that was still running).  Several launchers: one per host of a multi-node job.
-    """
+    """Watch the ranks' exit files until every rank exited, one failed (``stop_on_failure``), every launcher (one
+    per host) ended, or ``timeout`` passed; then kill every launcher's process group.  Fills ``result.returncodes``,
+    ``timed_out`` and ``wall_s``; returns the launchers' exit codes (None for one still running)."""
     start = time.monotonic()
     try:
         while True:

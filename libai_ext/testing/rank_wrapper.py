@@ -1,13 +1,9 @@
 """Run one rank's script, log its output to ``rank<R>.log`` and its exit code to ``rank<R>.exit``.
 
-Started by ``oneflow.distributed.launch`` (through ``multirank.launch``), once per rank,
-as ``python rank_wrapper.py WORKDIR SCRIPT [ARGS...]`` (``SCRIPT`` may be ``-m`` followed by a module
-name: the rank then runs ``python -u -m MODULE ARGS...``).  A separate process
-(the standard library and ``libai_ext.lifetime.bootstrap_wait`` only), so a rank that aborts in C++ still gets its exit code recorded.
-
-Ranks other than 0 start their script only once rank 0's bootstrap server accepts connections
-(``libai_ext.lifetime.bootstrap_wait``): OneFlow 0.9.0 bootstraps inside ``import oneflow``, and a rank that
-asks before rank 0 listens sleeps a hard-coded 10 s before asking again (docs/upstream-bugs.md).
+Started by ``oneflow.distributed.launch`` (through ``multirank.launch``) as ``python rank_wrapper.py WORKDIR SCRIPT
+[ARGS...]`` (``SCRIPT`` may be ``-m MODULE``).  A separate process (the standard library and ``bootstrap_wait``
+only), so a rank that aborts in C++ still gets its exit code recorded.  Ranks other than 0 start their script once
+rank 0's bootstrap server listens (``libai_ext.lifetime.bootstrap_wait``, docs/upstream-bugs.md §18).
 """
 import os
 import subprocess

@@ -1,43 +1,24 @@
 """Every rank of a large layout, simulated on one host: its box of every draw, through its own code path.
 
-Each rank's part of a draw depends only on its coordinates in the placement and on the global
-shape, so the ranks of (dp 32, tp 8, pp 4) can be run one after another in one process and their
-values compared with the 1-rank global draw at the same positions.  For every draw site and every
-rank that holds it:
+A rank's part of a draw depends only on its coordinates in the placement and on the global shape, so the ranks of
+(dp 32, tp 8, pp 4) run one after another in one process, each compared with the 1-rank global draw at the same
+positions.  For every draw site and every rank that holds it:
 
-* the rank's box comes from ``global_index.shard_box`` (the function the eager layers and
-  ``forward_draws`` call), with the rank's coordinates in the placement LiBai builds (stage ``s``
-  holds ranks ``[s * dp * tp, (s + 1) * dp * tp)`` as a ``(dp, tp)`` grid when both are above 1);
-  the box the rank *should* hold is computed here independently, as numpy's ``array_split`` splits
-  (OneFlow's nested balanced split, measured);
-* the eager paths compute small boxes of it from their global offsets: the host kernel
-  (``counter_rng.local_keep_mask`` on CPU), the int32-op path (the same function without the
-  kernel: what a GPU runs) and ``forward_draws.host_bits`` / ``counter_rng.local_counter_bits``
-  for values; ``forward_draws.Draw.local_box`` for local tensors under data parallelism;
-* the global-op path (``counter_rng.counter_bits`` with a placement: what ``nn.Graph`` traces
-  and what re-draws initial weights) runs ``global_index.keyed_index`` on a window of the rank's
-  local positions: OneFlow's part (the rank's slice of each split ``arange``) is played by the
-  simulator, every index computation is libai_ext's.  Unsplit neighbours the path merges into one index group stay merged where the window covers them whole (dims of up to
-  ``SMALL_DIM``: Swin's 49 x 49 windows, drop-path's (b, 1, 1)); larger ones are windowed one dim at a
-  time (the same flat index).  1-D tensors go to the eager paths only (their global ``reshape`` has no
-  window).
+* its box comes from ``global_index.shard_box`` (what the eager layers and ``forward_draws`` call) at the rank's
+  coordinates in the placement LiBai builds, checked against a box computed here independently (``reference_box``:
+  OneFlow's nested balanced split, measured);
+* the eager paths compute sub-boxes of it from their global offsets: the host kernel, the int32-op path (what a GPU
+  runs), the host's values, and ``forward_draws.Draw.local_box`` for local tensors under data parallelism;
+* the global-op path (what ``nn.Graph`` traces and what re-draws initial weights) runs ``global_index.keyed_index``
+  on a window of the rank's positions (``_window``), the simulator playing OneFlow's part (each split ``arange``);
+  1-D tensors take the eager paths only (their global ``reshape`` has no window).
 
-Positions compared, per box: its corners, a random sub-box, the edges (on the host paths; the int32-op
-path, tens of OneFlow ops a call, takes the corners and the random sub-box), and both sides of every
-multiple of 2**31 (so of 2**32) of the flat index (of the word index for masks) that falls in it.
-Under gradient accumulation a micro-batch's rows are numbered by their place in the step's batch
-(micro-batch ``m`` of ``S`` global rows is positions ``[m * S, (m + 1) * S)`` of the step on every
-layout): the reference is the 1-rank draw of the whole step's batch.
-
-Whole boxes, first: the model again at reduced widths (``reduced_model``), every position of every rank's box
-through the eager paths, the int-op path cut by ``counter_rng``'s own chunking at sizes that cross every chunk
-boundary, the last chunk partial (``chunk_limits``), its allocation pre-filled with the reference's complement
-(``poisoned``: a position no chunk writes differs); masks then through the chunked apply step (forward and
-backward), and the whole tensor through OneFlow's own global ops on a one-rank placement of the layout's sbp and
-inside an ``nn.Graph`` with the apply step (``Simulation.check_global_ops``).
-
-``mutate`` injects one fault into the rank path or into a box's assembly from chunks (``MUTATIONS``); a run must
-then find a difference, and stops at the first.
+Positions compared (``check_box``): corners, a random sub-box, the edges (host paths only: the int32-op path costs
+tens of OneFlow ops a call) and both sides of every multiple of 2**31 of the flat (mask: word) index.  A
+micro-batch's rows are numbered by their place in the step's batch, so the reference is the 1-rank draw of the whole
+step.  First, at reduced widths (``reduced_model``), every position of every rank's box goes through the chunked
+paths and OneFlow's own global ops (``check_whole_box``, ``check_global_ops``).  ``mutate`` injects one fault
+(``MUTATIONS``) that a run must find.
 """
 import contextlib
 import dataclasses
@@ -289,8 +270,8 @@ class SimulatedPlacement:
 
 
 _simulated_rank = [0]
-_device = ["cpu"]
-_current_window = [None]  # (window, shape) of the global-op call being simulated  # where the int32-op and global-op paths run (a GPU under ``make gpu-check``)
+_device = ["cpu"]  # where the int32-op and global-op paths run (a GPU under ``make gpu-check``)
+_current_window = [None]  # (window, shape) of the global-op call being simulated
 
 
 @contextlib.contextmanager
