@@ -1,21 +1,10 @@
 """Checkpoints that commit atomically: a save is complete under its name, or not there at all.
 
-LiBai's ``Checkpointer.save`` writes a checkpoint in place, and every rank then writes
-``last_checkpoint``: a rank with nothing to write names a folder that rank 0 is still filling,
-and a kill at that moment leaves a run that cannot resume.  ``CommittedCheckpointer`` saves
-through LiBai's own code, under a temporary name, and commits once every rank is done:
-
-1. every rank writes its part under ``<name>.uncommitted`` (rank 0 LiBai's weights, optimizer
-   and scheduler, each rank its random state; the data position is the iteration);
-2. a barrier: every part is written;
-3. rank 0 lists every file with its size and CRC-32 in ``libai_ext/manifest.json``, flushes the
-   folder to disk and renames it ``<name>``: the commit;
-4. rank 0 moves ``last_checkpoint`` (only for the checkpoints LiBai's line tags), then a barrier.
-
-A kill anywhere leaves the last committed checkpoint and ``last_checkpoint`` as they were, or
-the new checkpoint committed (``libai_ext.checkpoint.resume.choose_resume_checkpoint`` resumes the
-right one).  ``CommittedPeriodicCheckpointer`` keeps LiBai's schedule and deletes old
-checkpoints only once a newer one is committed.  Folder layout: ``files``.
+LiBai's ``Checkpointer.save`` writes in place and every rank then writes ``last_checkpoint``, so a kill can leave it
+naming a folder rank 0 is still filling. ``CommittedCheckpointer`` saves through LiBai's own code under
+``<name>.uncommitted``; once every rank's part is written (barrier), rank 0 writes the manifest, flushes, renames the
+folder ``<name>`` (the commit) and only then moves ``last_checkpoint``. ``CommittedPeriodicCheckpointer`` deletes old
+checkpoints only once a newer one is committed. Protocol and folder layout: docs/checkpoints.md.
 """
 import logging
 import os
@@ -69,7 +58,6 @@ class CommittedCheckpointer(RNGStateCheckpointer):
         if not reused:
             self.save(name, iteration=iteration)
         return os.path.join(self.save_dir, name), reused
-
 
     def save(self, name, **kwargs):
         if os.path.basename(name) != name:
@@ -244,7 +232,6 @@ def _is_committed(folder):
         return False
 
 
-
 def use_committed_checkpoints(trainer):
     """Give ``trainer`` a ``CommittedCheckpointer`` (before LiBai builds its hooks with it)."""
     if not isinstance(trainer.checkpointer, CommittedCheckpointer):
@@ -259,4 +246,3 @@ def with_committed_retention(hook_list, cfg):
     return [CommittedPeriodicCheckpointer(hook.checkpointer, hook.period, max_to_keep=keep,
                                           file_prefix=hook.file_prefix)
             if type(hook) is hooks.PeriodicCheckpointer else hook for hook in hook_list]
-

@@ -1,19 +1,9 @@
 """The files of a committed checkpoint, and how a folder is checked against its commit record.
 
-A checkpoint folder written by ``CommittedCheckpointer`` (``libai_ext.checkpoint.committed``)::
-
-    model_0000009/
-        model/  optimizer/  lr_scheduler/   LiBai's entries (rank 0 writes every tensor)
-        libai_ext/
-            pickled_data                    makes the folder loadable by LiBai's own Checkpointer,
-                                            which loads every entry of a checkpoint folder
-            rng_state/rank_<r>.pkl          each rank's random state
-            manifest.json                   the commit record, written last: every other file
-                                            with its size and CRC-32
-
-It is written as ``model_0000009.uncommitted`` and renamed once the manifest is in place, so a
-folder under a checkpoint's own name always holds a complete checkpoint.  A folder being
-replaced or deleted is first renamed ``<name>.retired``.  Nothing here imports OneFlow.
+Layout (docs/checkpoints.md): LiBai's entries, plus ``libai_ext/`` holding ``pickled_data`` (LiBai's own Checkpointer
+loads every entry of a folder, so it needs one), ``rng_state/rank_<r>.pkl`` and ``manifest.json`` (written last:
+every other file with its size and CRC-32). A save is written as ``<name>.uncommitted`` and renamed once the manifest
+is in place; a folder being replaced or deleted is first renamed ``<name>.retired``. Nothing here imports OneFlow.
 """
 import ctypes
 import ctypes.util
@@ -93,12 +83,9 @@ def _fsync_file(path):
 
 
 def flush_to_disk(folder):
-    """Make every file under ``folder`` durable before the commit renames it (a node failure after
-    the commit must not leave a committed name over files that never reached the disk).
-
-    On Linux one ``syncfs`` of the folder's filesystem, far cheaper than a ``fsync`` per file
-    (``benchmarks/checkpoint_cost.py``); elsewhere a ``fsync`` per file.
-    """
+    """Make every file under ``folder`` durable before the commit renames it, so a node failure cannot leave a committed
+    name over files that never reached the disk. Linux: one ``syncfs``, far cheaper than a ``fsync`` per file
+    (``benchmarks/checkpoint_cost.py``); elsewhere a ``fsync`` per file."""
     if _syncfs(folder):
         return
     for root, _, files in os.walk(folder):
@@ -222,9 +209,8 @@ _META_DTYPE_BYTES = {"kChar": 1, "kInt8": 1, "kUInt8": 1, "kBool": 1, "kFloat16"
 def tensor_file_problems(folder):
     """Entries without their index file and tensor files whose size disagrees with their ``meta``.
 
-    The check for folders that have no manifest (written by stock LiBai or an older libai_ext),
-    and what an error names when OneFlow's loader fails with a bare assertion.
-    """
+    The check for folders without a manifest (stock LiBai, older libai_ext), and what an error names when OneFlow's
+    loader fails with a bare assertion."""
     problems = []
     for entry in sorted(os.listdir(folder)):
         path = os.path.join(folder, entry)

@@ -1,17 +1,10 @@
-"""Where training starts: a checkpoint to resume, a finished run to continue, or initial weights.
+"""Where training starts: a checkpoint to resume, a finished run to continue, or initial weights (docs/resume.md).
 
-LiBai 0.1.1's ``DefaultTrainer.resume_or_load`` reads ``train.load_weight`` only under
-``--resume`` when no checkpoint exists: a run given initial weights without ``--resume``
-silently trains from its own random initialisation.  Random initial weights depend on the
-layout (OneFlow's global random draws differ between 1 rank and tp2), so two layouts
-"started from one shared checkpoint" that way diverge from iteration 0.
-``load_checkpoint_or_weights`` states the rule LiBai documents, on every LiBai line:
-resume everything from the last checkpoint when asked and one exists, otherwise load the
-model weights of ``train.load_weight`` if it is set.
-
-Which checkpoint is "the last" (``choose_resume_checkpoint``): the newest committed, intact one
-(``libai_ext.checkpoint.committed``), each one passed over named in a warning with the reason;
-``--resume`` with none says so, as stock LiBai does.
+LiBai 0.1.1 reads ``train.load_weight`` only under ``--resume`` when no checkpoint exists, so a run given initial
+weights without it silently trains from random weights, and those differ between layouts.
+``load_checkpoint_or_weights`` applies the rule LiBai documents, on every LiBai line: resume the last checkpoint when
+asked and one exists, else load ``train.load_weight`` if set. "The last" (``choose_resume_checkpoint``) is the newest
+committed, intact checkpoint; each one passed over is named in a warning with the reason.
 """
 import logging
 import os
@@ -47,11 +40,9 @@ class ResumeChoice:
 def scan_for_resume(output_dir, *, checksums):
     """The checkpoint ``--resume`` takes in ``output_dir``, and each one it passes over, with why.
 
-    ``last_checkpoint``'s checkpoint if it is committed and intact (it always names the newest
-    commit, unless someone pointed it elsewhere); otherwise the newest committed, intact one.
-    Folders without a commit record (stock LiBai's) are considered only where no checkpoint has
-    one, checked against their tensor files' own metadata.
-    """
+    ``last_checkpoint``'s if committed and intact (it names the newest commit unless someone pointed it elsewhere), else
+    the newest committed, intact one. Folders without a commit record (stock LiBai) count only where none has one,
+    checked against their tensor files' ``meta``."""
     choice = ResumeChoice(pointer=read_last_checkpoint(output_dir))
     names = sorted(n for n in os.listdir(output_dir) if os.path.isdir(os.path.join(output_dir, n))) \
         if os.path.isdir(output_dir) else []
@@ -102,14 +93,12 @@ def scan_for_resume(output_dir, *, checksums):
 
 
 def _retired_commits(output_dir, names, pointer, checksums):
-    """{name: name.retired} for the commits that a save of the same name was replacing when it stopped.
+    """{name: name.retired} for the commits a save of the same name was replacing when it stopped.
 
-    ``replace_folder`` renames a committed ``<name>`` to ``<name>.retired`` before renaming the new
-    save to ``<name>``: a kill between the two leaves the last commit of ``<name>`` only there.  It is
-    taken back when ``<name>`` is missing, the copy is intact, and it is a checkpoint saved again
-    under its name (``last_checkpoint`` names it, or a name by role such as ``model_best``): a
-    numbered ``.retired`` that nothing names is a deletion of old checkpoints that stopped halfway.
-    """
+    A kill between ``replace_folder``'s two renames leaves the last commit of ``<name>`` only as ``<name>.retired``.
+    It is taken back when ``<name>`` is missing, the copy is intact, and the name is saved again (``last_checkpoint``
+    names it, or a name by role such as ``model_best``): a numbered ``.retired`` nothing names is a deletion stopped
+    halfway."""
     found = {}
     for retired in names:
         name = retired[:-len(RETIRED_SUFFIX)]
@@ -128,10 +117,9 @@ def _retired_commits(output_dir, names, pointer, checksums):
 def choose_resume_checkpoint(cfg):
     """Under ``--resume``, point ``last_checkpoint`` at the checkpoint to resume before LiBai reads it.
 
-    Rank 0 scans (``scan_for_resume``); every rank logs each checkpoint passed over with the
-    reason, and raises the same error when every checkpoint there is damaged.  Interrupted saves
-    are removed.  Call on every rank before the trainer is built; returns the ``ResumeChoice``.
-    """
+    Call on every rank before the trainer is built: rank 0 scans (``scan_for_resume``), every rank warns about each
+    checkpoint passed over and raises the same error when all are damaged; interrupted saves are removed. Returns the
+    ``ResumeChoice``."""
     if not try_get_key(cfg, "train.resume", default=False):
         return None
     output_dir = cfg.train.output_dir
@@ -167,7 +155,6 @@ def _apply(output_dir, choice):
         os.remove(pointer)  # it names nothing that can be resumed: LiBai must not read it
     for name in choice.leftovers:
         shutil.rmtree(os.path.join(output_dir, name), ignore_errors=True)
-
 
 
 def load_checkpoint_or_weights(trainer, resume):
@@ -212,14 +199,9 @@ def checkpoint_iteration(checkpoint_dir):
 def continue_finished_run(cfg):
     """Let ``--resume`` continue from a checkpoint named by role, e.g. a finished run's ``model_final``.
 
-    LiBai resumes ``last_checkpoint`` by the iteration in its name: on ``model_final`` (or
-    ``model_best``, tagged last when the final evaluation was the best) 0.1.1 crashes on
-    ``int('final')`` and LiBai main refuses.  That checkpoint is the checkpoint of some
-    iteration N, so it becomes ``model_<N>`` (with its per-rank random state):
-    ``model_final`` is renamed (the continued run saves its own), any other is copied, and
-    ``last_checkpoint`` names it; LiBai then resumes it like any other.  Call on every rank
-    before the trainer reads ``last_checkpoint``.
-    """
+    LiBai resumes by the iteration in the name (0.1.1 crashes on ``int('final')``, main refuses), so the checkpoint of
+    iteration N becomes ``model_<N>`` with its random state: ``model_final`` is renamed (the continued run saves its
+    own), any other copied, and ``last_checkpoint`` names it. Call on every rank before the trainer reads it."""
     import oneflow as flow
 
     output_dir = cfg.train.output_dir

@@ -1,15 +1,11 @@
 """Every rank's random state saved with LiBai's checkpoints, and restored on resume.
 
-LiBai's ``Checkpointer`` saves the model and optimizer once (rank 0), but every rank has its own python/numpy/OneFlow
-generator state (``random.rng_state``): augmentation draws from them.  ``RNGStateCheckpointer`` writes each rank's
-state beside the checkpoint it belongs to (``<output_dir>/rng_state/<checkpoint name>/rank_<r>.pkl``; LiBai loads
-every entry *inside* a checkpoint folder as a OneFlow object) and restores it on resume.
-
-Resuming under another layout (``(2, 2, 2)`` -> 1 rank, 1 rank -> ``tp2``): per-rank files cannot follow, there is
-no rank ``r`` of the old layout for every new rank.  Under ``train.randomness="layout_invariant"`` training draws
-nothing that depends on them (masks, augmentation and mixup are keyed by seed, step and sample), and with
-``train.seed_scope="global"`` every rank holds the same streams anyway, so every rank resumes rank 0's state: the
-layout-free one.  In ``"fast"`` mode a layout change is warned about (the masks cannot repeat).
+LiBai saves the model and optimizer once (rank 0), but each rank has its own python/numpy/OneFlow generators
+(``random.rng_state``), which augmentation draws from. ``RNGStateCheckpointer`` writes them to
+``<output_dir>/rng_state/<checkpoint name>/rank_<r>.pkl``: LiBai loads every entry *inside* a checkpoint folder as a
+OneFlow object. Per-rank files cannot follow a layout change, so every rank then resumes rank 0's state, which under
+``train.randomness="layout_invariant"`` (or ``train.seed_scope="global"``) is all training depends on; ``"fast"``
+warns (docs/resume.md).
 """
 import logging
 import os

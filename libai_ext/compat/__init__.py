@@ -1,22 +1,16 @@
 """Compatibility with the installed LiBai line and device, in one place.
 
-One module per LiBai line (``libai_v0_1``, ``libai_main``: what each line's API looks like)
-and one per device trap (``compile_step``, ``cuda_placements``, ``cpu_layer_norm`` for LayerNorm and
-RMSLayerNorm, ``cpu_bias_gelu``), ``hf_weights`` for LiBai main's HuggingFace loaders without PyTorch, plus
-``swin_v0_1`` for LiBai 0.1.1's Swin, ``graph_proxy_v0_1`` for
-LiBai 0.1.1's graph code on OneFlow 0.9.0, and ``special_tokens`` for the special tokens LiBai's
-T5 tokenizer set-up declares but never counts.  Two repair what OneFlow changes with the layout without a
-random draw or with a bare error: ``batch_statistics`` (BatchNorm over the global batch, installed by the
-trainer under ``"layout_invariant"``) and ``pipeline_stages`` (a forward that mixes two pipeline stages, named);
-``get_batch_api`` also runs a project trainer written for 0.1.1's ``run_step(get_batch)`` on LiBai main.
-``detect`` reads from the installed package what it lacks; ``apply_patches()`` applies each
-repair only where it is needed, and the device traps decide per call from the tensor's own
-device, so the same call is right on CPU and CUDA hosts.
+Owns one module per LiBai line (``libai_v0_1``, ``libai_main``: what each line's API looks like), ``detect`` (what
+the installed package lacks) and every repair of OneFlow and LiBai, one module each: device traps (``compile_step``,
+``cuda_placements``, ``cpu_layer_norm``, ``cpu_bias_gelu``), LiBai repairs (``hf_weights``, ``swin_v0_1``,
+``graph_proxy_v0_1``, ``special_tokens``, ``get_batch_api``) and what OneFlow changes with the layout
+(``batch_statistics``, ``pipeline_stages``); patch table: docs/architecture.md. ``apply_patches()`` applies each
+repair only where needed; a device trap decides per call from the tensor's own device.
 
-Every change to another package, here and elsewhere in libai_ext, goes through ``patching``: the
-registry that declares it and can undo it (``applied_patches()``, ``restoring_patches()``).  Importing
-this package loads neither OneFlow nor LiBai (``patching`` is standard library only).  May import
-OneFlow and LiBai, nothing else of libai_ext (a repair that depends on a mode is given it when installed).
+Every change to another package, here and elsewhere in libai_ext, goes through ``patching``: the registry that
+declares it and can undo it (``applied_patches()``, ``restoring_patches()``). Importing this package loads neither
+OneFlow nor LiBai (``patching`` is standard library only). May import OneFlow and LiBai, nothing else of libai_ext
+(a repair that depends on a mode is given it when installed).
 """
 import importlib
 import logging
@@ -29,8 +23,7 @@ logger = logging.getLogger(__name__)
 def apply_patches():
     """Apply the registry's repairs for the installed LiBai line and device; explicit and idempotent.
 
-    Returns the names of the attributes replaced so far.
-    """
+    Returns the names of the attributes replaced so far."""
     from . import (
         compile_step, cpu_bias_gelu, cpu_layer_norm, cuda_placements, graph_proxy_v0_1, hf_weights, special_tokens,
         swin_v0_1,
@@ -55,10 +48,8 @@ def patches_applied():
 def fill_missing_config_keys(cfg, line=None):
     """Add to ``cfg`` the keys the installed LiBai line reads but ``cfg`` lacks; returns them.
 
-    A config written for LiBai 0.1.1 then runs on LiBai main as it did on 0.1.1 (see
-    ``libai_main.missing_config_keys`` for the values) instead of failing in
-    ``DefaultTrainer.__init__``.  Keys the config sets are never changed.
-    """
+    So a config written for LiBai 0.1.1 runs on main as on 0.1.1 (values: ``libai_main.missing_config_keys``) instead of
+    failing in ``DefaultTrainer.__init__``. Keys the config sets are never changed."""
     from omegaconf import OmegaConf
 
     missing = (line or libai_line()).missing_config_keys(cfg)

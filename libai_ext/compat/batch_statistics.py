@@ -1,27 +1,17 @@
 """BatchNorm over the global batch, as on 1 rank: OneFlow 0.9.0 normalises each shard with its own statistics.
 
-Every training-mode batch normalisation of OneFlow 0.9.0 ends in one of two functional ops: ``flow._C.normalization``
-(``nn.BatchNorm1d/2d/3d`` and any subclass, ``nn.functional.batch_norm``, ``nn.SyncBatchNorm`` where it does not
-synchronise) and ``flow._C.normalization_add_relu`` (``nn.FusedBatchNorm1d/2d/3d``).  On a global tensor split along
-an axis the statistics reduce over (the batch, under data parallelism), their kernels take the mean and variance of
-each shard alone, the way DDP without SyncBN does: a dp2 run normalises with other numbers than 1 rank, and keeps
-other running statistics, with no random draw involved (docs/upstream-bugs.md).
+OneFlow 0.9.0's training-mode batch norms all end in ``flow._C.normalization`` (``nn.BatchNorm*d`` and subclasses,
+``functional.batch_norm``, ``nn.SyncBatchNorm`` where it does not synchronise) or ``flow._C.normalization_add_relu``
+(``nn.FusedBatchNorm*d``), whose kernels take each shard's statistics on a tensor split along a reduced axis, like
+DDP without SyncBN (docs/upstream-bugs.md #25). ``route_batch_statistics()`` replaces both: for a training input split
+along a reduced axis over more than one rank, the mean and then the variance (OneFlow's kernel also centres first) are
+global reductions, one small all-reduce per channel each, used for the output and the running statistics (unbiased
+variance, as OneFlow's kernel). Inside ``nn.Graph``, where in-place buffer updates are lost (#13), the batch is
+gathered instead and OneFlow's kernel normalises it whole. Everything else (evaluation, an unsplit or channel-split
+batch, local tensors, any call under ``train.randomness="fast"``) runs OneFlow's kernel unchanged.
 
-``route_batch_statistics()`` replaces both ops (through ``compat.patching``) with ``normalization`` /
-``normalization_add_relu`` below: where the input in training is split along a reduced axis over more than one
-rank, the mean and the variance are global reductions over the whole tensor (each one small all-reduce of one value
-per channel: two per layer, the variance after the mean, as OneFlow's kernel also centres first), the output is
-normalised with them and the running statistics are updated with them (unbiased variance, as OneFlow's kernel).
-Inside ``nn.Graph``, where an in-place update of a buffer is lost (docs/upstream-bugs.md #13), the batch is gathered
-over its split axes instead and OneFlow's kernel normalises it whole, updating the running statistics itself.
-Everything else (evaluation, an unsplit batch, a split along the channel axis, local tensors) runs OneFlow's kernel
-unchanged, and so does every call while ``train.randomness="fast"`` (OneFlow's per-shard statistics, reproducible
-on one layout only).
-
-The other ops of OneFlow 0.9.0 that normalise are per sample (``layer_norm``, ``group_norm``, ``rms_norm``,
-``normalize``, ``nn.InstanceNorm*``: composed of global reductions over each sample's own axes) or reach only
-local CUDA tensors (``batch_norm_stats`` and the other ops behind ``SyncBatchNorm``'s synchronised path):
-``PER_SAMPLE`` and ``LOCAL_ONLY`` name them, and a test fails on a new normalising op in neither list.
+``PER_SAMPLE`` (norms reducing over each sample's own axes) and ``LOCAL_ONLY`` (``SyncBatchNorm``'s ops, local CUDA
+tensors only) name OneFlow's other normalising ops; a test fails on a new normalising op in neither list.
 """
 import oneflow as flow
 

@@ -1,10 +1,8 @@
 """LiBai's start-up compile step, which fails wherever the package was installed (every host).
 
-``default_setup`` calls ``_compile_dependencies``, which runs ``make`` in the installed
-``libai/data/data_utils``.  Neither pip's 0.1.1 sdist nor an install of main's archive ships
-that Makefile (the helper extension is built at install time instead), so local rank 0
-exits and the other ranks hang in the barrier that follows.  Only a source checkout keeps
-the Makefile; there the step works and is left alone.
+``default_setup``'s ``_compile_dependencies`` runs ``make`` in the installed ``libai/data/data_utils``, which neither
+pip's 0.1.1 sdist nor main's archive ships a Makefile for (the helper is built at install time): local rank 0 exits and
+the others hang in the next barrier. A source checkout keeps the Makefile; there the step is left alone.
 """
 import logging
 

@@ -1,10 +1,8 @@
 """``flow._C.fused_bias_add_gelu`` on CPU tensors (OneFlow 0.9.0, both LiBai lines).
 
-LiBai's ``MLP(bias_gelu_fusion=True)`` calls it, and LiBai's Swin hard-codes that fusion in every
-block; OneFlow 0.9.0 has no CPU kernel for it ("Cannot find the kernel matching ...
-fused_bias_add_gelu").  On CPU the same value is ``gelu(bias_add(x, bias, axis))`` (exact, erf
-GeLU, as the fused kernel computes), from CPU-capable ops with their own gradients; CUDA tensors
-keep OneFlow's fused kernel.  The choice is made per call from the input's device.
+LiBai's ``MLP(bias_gelu_fusion=True)`` calls it (Swin hard-codes it in every block); OneFlow 0.9.0 has no CPU kernel
+("Cannot find the kernel matching ... fused_bias_add_gelu"). CPU inputs get ``gelu(bias_add(x, bias, axis))`` (exact
+erf GeLU, as the fused kernel); CUDA inputs keep the fused kernel, decided per call.
 """
 import oneflow as flow
 
@@ -29,4 +27,4 @@ def dispatching_bias_add_gelu(fused):
 
 def apply():
     replace(flow._C, "fused_bias_add_gelu", dispatching_bias_add_gelu(flow._C.fused_bias_add_gelu),
-            "fused_bias_add_gelu has no CPU kernel in OneFlow 0.9.0 (LiBai's Swin hard-codes it)", patch="cpu_bias_gelu")
+            "fused_bias_add_gelu has no CPU kernel in OneFlow 0.9.0 (LiBai's Swin hard-codes it)", patch="cpu_bias_gelu")  # noqa: E501

@@ -1,17 +1,11 @@
 """A parameter read on another pipeline stage inside an ``nn.Graph`` on CPU ranks (OneFlow 0.9.0).
 
-LiBai's GPT-2, BERT, T5 and RoBERTa tie the output projection to the word embeddings:
-``LMLogits`` on the last stage reads the embedding table of stage 0 with
-``word_embeddings.to_global(placement=<last stage>)``.  Inside a graph on CPU ranks OneFlow 0.9.0
-then aborts every rank at the first step (``register.cpp:75 Check failed:
-separated_header_mem_ptr() == nullptr`` from ``EpollCommNet::SendActorMsg``): the variable's own
-register cannot be sent by the CPU transport.  A copy made on the parameter's own stage
-(``identity``) is an ordinary register and crosses fine, with the same values and gradients
-(``tools/repro/graph_shared_param_cpu.py``).
-
-``parameters_copied_across_stages(graph)``: while ``graph`` traces, a ``to_global`` that moves one
-of its parameters or buffers to another placement of CPU type moves an identity copy of it
-instead.  Decided per call from the tensor's own placement: CUDA graphs are left as they are.
+LiBai's GPT-2, BERT, T5 and RoBERTa tie the last stage's ``LMLogits`` to stage 0's word embeddings through
+``to_global(placement=<last stage>)``. In a CPU graph OneFlow 0.9.0 aborts every rank at the first step
+(``register.cpp:75 ... separated_header_mem_ptr() == nullptr``): the CPU transport cannot send a variable's own
+register. An ``identity`` copy on the parameter's own stage crosses fine, with the same values and gradients
+(``tools/repro/graph_shared_param_cpu.py``). ``parameters_copied_across_stages(graph)`` moves such a copy instead
+while ``graph`` traces, for CPU placements only: CUDA graphs are left as they are.
 """
 import contextlib
 

@@ -1,11 +1,10 @@
 """LiBai's norm layers on CPU tensors (OneFlow 0.9.0): ``libai.layers.LayerNorm`` (both LiBai lines) and
 ``libai.layers.RMSLayerNorm`` (LiBai main: Llama's, ChatGLM's, Qwen's and Baichuan's only norm).
 
-LiBai's ``LayerNorm.forward`` calls ``flow._C.layer_norm_affine``, whose CPU kernel aborts the process
-(``layer_norm_cpu_kernel.cpp:28] TODO``); ``RMSLayerNorm.forward`` calls ``flow._C.rms_norm``, which has no
-CPU kernel at all.  Each is computed instead from CPU-capable ops, with the same formula: OneFlow's functional
-``layer_norm``, and ``x * rsqrt(mean(x^2) + eps) * weight`` over the normalised dimensions.  The choice is
-made per call from the input's device, so CUDA inputs still take LiBai's own (fused) path.
+``LayerNorm`` calls ``flow._C.layer_norm_affine``, whose CPU kernel aborts the process; ``RMSLayerNorm`` calls
+``flow._C.rms_norm``, which has no CPU kernel (docs/upstream-bugs.md #7, #33). CPU inputs get the same formula from
+CPU-capable ops (functional ``layer_norm``; ``x * rsqrt(mean(x^2) + eps) * weight``); CUDA inputs keep LiBai's
+fused path, decided per call.
 """
 import oneflow as flow
 

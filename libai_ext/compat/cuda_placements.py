@@ -1,14 +1,10 @@
-"""LiBai helpers that build ``"cuda"`` placements whatever device the tensor is on.
+"""LiBai helpers that build ``"cuda"`` placements whatever device the tensor is on (docs/upstream-bugs.md #6).
 
-* ``dist.ttol(tensor, pure_local, ranks)`` (0.1.1): ``flow.placement("cuda", ranks)``, used by
-  the metrics writer and the evaluator; on CPU ranks it fails with "Placement is invalid
-  because there is no device!".  Main's ``ttol`` takes a ``device`` from its callers, so it
-  is left alone there.
-* ``evaluation.utils.pad_batch`` (both lines: main added a ``device="cuda"`` parameter that
-  its evaluator never passes), for the last, incomplete evaluation batch.
-
-The replacements take the device from the tensor at call time, so on CUDA tensors they do
-what the originals do.
+0.1.1's ``dist.ttol`` (called by the metrics writer and the evaluator) fails on CPU ranks with "Placement is invalid
+because there is no device!"; main's takes a ``device`` from its callers and is left alone.
+``evaluation.utils.pad_batch`` pads the last, incomplete evaluation batch on ``"cuda"`` on both lines (main's
+evaluator never passes its ``device``). The replacements take the device from the tensor at call time, so on CUDA
+tensors they do what the originals do.
 """
 import oneflow as flow
 
@@ -23,9 +19,8 @@ def device_type_of(tensor):
 def global_to_local(tensor, pure_local=False, ranks=None):
     """``dist.ttol`` on the tensor's own device type.
 
-    ``ranks`` restricts the result to those ranks; unless ``pure_local``, the tensor
-    is first broadcast so each of them holds all of it.
-    """
+    ``ranks`` restricts the result to those ranks; unless ``pure_local``, the tensor is first broadcast so each of them
+    holds all of it."""
     if not tensor.is_global:
         return tensor
     placement = flow.placement(device_type_of(tensor), ranks) if ranks else tensor.placement
@@ -40,11 +35,8 @@ def global_to_local(tensor, pure_local=False, ranks=None):
 def pad_last_batch(x_dict, batch_size, last_batch_lack, is_last_batch, device=None):
     """``evaluation.utils.pad_batch`` on the tensors' own device type (``device`` is ignored).
 
-    Pads every field of an incomplete evaluation batch to ``batch_size`` rows and
-    returns ``(padded_dict, number_of_valid_rows)``.  The rows that the sampler
-    added to fill the last data-parallel shards are moved to the end, so the valid
-    rows are the first ``number_of_valid_rows``.
-    """
+    Returns ``(padded_dict, number_of_valid_rows)``; the filler rows the sampler added to the last data-parallel shards
+    move to the end, so the valid rows come first."""
     import libai.utils.distributed as dist
 
     rows = next(iter(x_dict.values())).shape[0]

@@ -1,8 +1,7 @@
 """Which LiBai line is installed, and what it lacks, read from the installed code itself.
 
-Every decision is a feature test on the installed package (a signature, a file), not a
-version string: a LiBai built from any commit between 0.1.1 and main is handled by what
-it actually does.
+Each decision is a feature test (a signature, a file), not a version string: a LiBai from any commit between 0.1.1
+and main is handled by what it actually does.
 """
 import functools
 import inspect
@@ -30,11 +29,8 @@ def ttol_takes_device():
 
 
 def compile_step_can_run(data_utils_dir=None):
-    """Whether ``default_setup``'s ``make`` in ``libai/data/data_utils`` has a Makefile to run.
-
-    pip's 0.1.1 sdist and an install of main's archive both leave it out; an editable
-    checkout of LiBai keeps it (there the step works, so it is left alone).
-    """
+    """Whether ``default_setup``'s ``make`` in ``libai/data/data_utils`` has a Makefile to run: pip's 0.1.1 sdist and
+    main's archive leave it out; an editable checkout keeps it, and there the step works."""
     if data_utils_dir is None:
         import libai.data.data_utils as data_utils
 

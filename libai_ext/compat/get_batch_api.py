@@ -1,9 +1,8 @@
 """The two ``get_batch`` calling conventions, bound by the installed LiBai line.
 
-0.1.1 calls ``get_batch(data, mixup_func)`` (evaluator: ``get_batch(data)``); main calls
-``get_batch(data, input_placement_device, mixup_func)`` (evaluator:
-``get_batch(data, input_placement_device)``).  A two-argument call is therefore ambiguous
-by itself: the installed line decides what the second argument is.
+0.1.1 calls ``get_batch(data, mixup_func)`` (evaluator: ``get_batch(data)``); main calls ``get_batch(data,
+input_placement_device, mixup_func)`` (evaluator: without ``mixup_func``). Only the installed line tells what a
+two-argument call's second argument is.
 """
 import inspect
 

@@ -1,22 +1,12 @@
 """LiBai 0.1.1's graph code on OneFlow 0.9.0: ``proxy.origin`` and ``proxy.config``.
 
-LiBai 0.1.1 was written for OneFlow 0.8, where a module inside ``nn.Graph`` was a ``Block``
-with ``.origin`` (the module) and ``.config`` (its graph settings: ``stage_id``,
-``activation_checkpointing``).  OneFlow 0.9.0 wraps it in a ``ProxyModule`` that has neither
-(``proxy.to(nn.Module)``, ``proxy.to(GraphModule)``), so ``libai.models.utils.GraphBase`` fails
-while it is built (``'ProxyModule' object 'model' in nn.Graph has no attribute 'origin'``), and so
-does every 0.1.1 model's ``set_pipeline_stage_id`` that it calls.  This gives the proxies those
-two names back:
-
-* ``proxy.origin``: the original module (tensor);
-* ``proxy.config``: the graph settings, where ``config.stage_id = s`` becomes 0.9.0's
-  ``set_stage(s, placement of stage s)`` (0.9.0's own ``stage_id`` setter keeps no placement
-  and prints a deprecation line per module); a module's own attribute named ``config`` keeps
-  precedence.
-
-Applied only where LiBai's ``GraphBase`` knows no other API (LiBai main's checks
-``hasattr(model, "origin")`` and its models pick the 0.9.0 API when ``config`` is absent: there
-the proxies are left alone).
+LiBai 0.1.1 targets OneFlow 0.8, whose graph ``Block`` had ``.origin`` (the module) and ``.config`` (``stage_id``,
+``activation_checkpointing``). OneFlow 0.9.0's ``ProxyModule`` has neither, so ``GraphBase`` and every 0.1.1 model's
+``set_pipeline_stage_id`` fail while the graph is built (docs/upstream-bugs.md #9). This gives the proxies both back:
+``origin`` is the module (tensor); ``config.stage_id = s`` becomes ``set_stage(s, placement of stage s)`` (0.9.0's own
+``stage_id`` setter keeps no placement and prints a deprecation line per module); a module's own ``config`` attribute
+takes precedence. Applied only where ``GraphBase`` knows no other API: LiBai main's checks ``hasattr(model,
+"origin")`` and its models use the 0.9.0 API when ``config`` is absent.
 """
 import functools
 import inspect

@@ -1,12 +1,9 @@
 """LiBai main's HuggingFace loaders reading ``*.safetensors`` weights where PyTorch is not installed.
 
-``ModelLoaderHuggerFace.load`` (Llama's, ChatGLM's, Qwen's, Baichuan's loaders derive from it) reads a
-HuggingFace checkpoint folder through ``torch`` in every case: ``safe_open(..., framework="pt")`` for
-safetensors files, ``torch.load`` for ``pytorch_model.bin``, then ``tensor.detach().cpu().numpy()`` per tensor.
-A OneFlow installation needs no PyTorch, and safetensors files are plain arrays: where ``torch`` cannot be
-imported, ``apply()`` has safetensors files read as numpy arrays (``safetensors.numpy``) and converted to OneFlow
-tensors as LiBai converts PyTorch's.  Where torch is installed, and for ``.bin`` files, LiBai's own code runs.
-bfloat16 tensors have no numpy type: such a file is refused, naming it.
+``ModelLoaderHuggerFace`` (base of Llama's, ChatGLM's, Qwen's and Baichuan's loaders) reads every checkpoint through
+``torch``, which a OneFlow installation does not need (docs/upstream-bugs.md #36). Where ``torch`` cannot be imported,
+safetensors files are read with ``safetensors.numpy`` and converted as LiBai converts PyTorch's tensors; with torch,
+and for ``.bin`` files, LiBai's own code runs. bfloat16 has no numpy type: such a file is refused, naming it.
 """
 import numpy as np
 import oneflow as flow

@@ -1,9 +1,8 @@
 """LiBai's layer -> stage -> placement layout, read the same way on every line.
 
-0.1.1 splits ``pipeline_num_layers`` uniformly over the stages; main gives middle stages
-more layers when pp >= 4 (and honours ``train.dist.custom_pipeline_stage_id``).  Both keep
-the result as ``dist_util._layer_stage_ids`` (no public getter), which is what is read
-here instead of assuming a uniform split.
+0.1.1 splits ``pipeline_num_layers`` uniformly over the stages; main gives middle stages more layers when pp >= 4 (and
+honours ``train.dist.custom_pipeline_stage_id``). Both keep the result in ``dist_util._layer_stage_ids`` (no public
+getter), read here instead of assuming a uniform split.
 """
 import oneflow as flow
 
@@ -26,10 +25,8 @@ def first_layer_of_stage(stage, stage_ids=None):
 def resolve_device_type(requested, layout_device_type, cuda_available):
     """The device kind inputs are placed on.
 
-    ``None`` (0.1.1, which has no such setting) means the layout's own device kind.  A
-    requested ``"cuda"`` on a host without CUDA becomes ``"cpu"``, as LiBai main's
-    ``get_layer_placement`` does for every placement.
-    """
+    ``None`` (0.1.1 has no such setting) means the layout's own. A requested ``"cuda"`` on a host without CUDA becomes
+    ``"cpu"``, as LiBai main's ``get_layer_placement`` does for every placement."""
     if requested is None:
         return layout_device_type
     if requested == "cuda" and not cuda_available:
@@ -61,10 +58,8 @@ def layout_coordinates(rank):
 def placement_data_parallel_rank():
     """This rank's index along the data-parallel axis of its stage's placement.
 
-    LiBai's ``get_data_parallel_rank()`` returns ``rank // (tp * pp)`` instead (0.1.1;
-    main takes that modulo dp), which under pipeline parallelism makes two shards of
-    stage 0 read the same samples.
-    """
+    LiBai's ``get_data_parallel_rank()`` returns ``rank // (tp * pp)`` instead (0.1.1; main takes that modulo dp): under
+    pipeline parallelism two shards of stage 0 then read the same samples."""
     return layout_coordinates(flow.env.get_rank())[1]
 
 

@@ -1,14 +1,11 @@
 """LiBai main (0.2.0, built from source): what differs from 0.1.1 for the plugin.
 
-* ``get_batch(cls, data, input_placement_device="cuda", mixup_func=None)``; the trainers call
-  ``get_batch(data, input_placement_device, mixup_func)`` and the evaluator
-  ``get_batch(data, input_placement_device)``, all positionally.
-* Stock ``get_batch`` already takes every field from stage 0 (LiBai #255): the mixup half of
-  the bug is fixed there.  So is the sampler half: ``get_data_parallel_rank()`` is
-  ``(rank // model_parallel_size) % dp`` with ``model_parallel_size`` = tp, the stage-0 placement's
-  data-parallel index.  Resuming still drops ``consumed_samples``.
-* ``DefaultTrainer`` reads ``train.rdma_enabled`` and ``train.input_placement_device`` with no
-  default, and ``setup_dist_util`` reads ``train.dist.device_type`` (default ``"cuda"``).
+* ``get_batch(cls, data, input_placement_device="cuda", mixup_func=None)``, called positionally by the trainers
+  (``data, input_placement_device, mixup_func``) and the evaluator (``data, input_placement_device``).
+* Stock ``get_batch`` takes every field from stage 0 (LiBai #255), and ``get_data_parallel_rank()`` is the stage-0
+  placement's data-parallel index: both halves of the bug are fixed. Resuming still drops ``consumed_samples``.
+* ``DefaultTrainer`` reads ``train.rdma_enabled`` and ``train.input_placement_device`` with no default;
+  ``setup_dist_util`` reads ``train.dist.device_type`` (default ``"cuda"``).
 """
 import oneflow as flow
 
@@ -27,12 +24,9 @@ def host_device_type():
 def missing_config_keys(cfg):
     """``{dotted key: value}`` for each key LiBai main needs that ``cfg`` (an 0.1.1-style config) lacks.
 
-    * ``train.rdma_enabled``: False.  RDMA needs InfiniBand hardware and ``flow.env.init_rdma``
-      fails without it; a config written for 0.1.1 never asked for it.
-    * ``train.dist.device_type``: the host's device kind (LiBai's own default is ``"cuda"``,
-      which LiBai turns into ``"cpu"`` on a host without CUDA anyway).
-    * ``train.input_placement_device``: the same device as ``train.dist.device_type``, so the
-      inputs live where the model does (as in 0.1.1).
+    ``train.rdma_enabled``: False (``flow.env.init_rdma`` fails without InfiniBand; 0.1.1 configs never ask for RDMA).
+    ``train.dist.device_type``: the host's device kind (LiBai turns its default ``"cuda"`` into ``"cpu"`` anyway).
+    ``train.input_placement_device``: the same, so the inputs live where the model does (as in 0.1.1).
     """
     missing = {}
     if try_get_key(cfg, "train.rdma_enabled") is None:

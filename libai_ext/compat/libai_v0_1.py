@@ -1,12 +1,10 @@
-"""LiBai 0.1.1 (pip's ``libai``): the line the plugin was first written for.
+"""LiBai 0.1.1 (pip's ``libai``): what its API looks like to the plugin.
 
-* ``get_batch(cls, data, mixup_func=None)``; the trainers call ``get_batch(data, mixup_func)``,
-  the evaluator ``get_batch(data)``.
-* Stock ``get_batch`` makes each field global directly on its own stage's placement, so each
-  field keeps the local data of a different stage: both halves of the bug (mixup pairing
-  and the dp x pp sampler rank).
-* The config has no device keys: inputs live on the layout's device (cuda, or cpu where
-  LiBai finds no CUDA).
+* ``get_batch(cls, data, mixup_func=None)``; the trainers call ``get_batch(data, mixup_func)``, the evaluator
+  ``get_batch(data)``.
+* Stock ``get_batch`` makes each field global on its own stage's placement, so each field keeps another stage's
+  local data: both halves of the bug (mixup pairing and the dp x pp sampler rank).
+* No device keys: inputs live on the layout's device (cuda, or cpu where LiBai finds no CUDA).
 """
 NAME = "LiBai 0.1.1"
 GET_BATCH_ARGUMENTS = ("mixup_func",)

@@ -1,18 +1,13 @@
 """LiBai's NLP pretraining API on both lines: one config file, the installed line's calls.
 
-What differs between LiBai 0.1.1 and main (each decided from the installed code's signatures):
-
-* model configs: ``GPTModel`` counts its layers as ``num_layers`` (0.1.1) or ``hidden_layers``
-  (main), and main's ``from_config`` also reads ``apply_residual_post_layernorm``;
-* datasets: main's ``GPT2Dataset`` / ``BertDataset`` take ``name``, ``max_num_samples`` (filled in
-  by main's loader builder) and ``seed`` (its document shuffle), 0.1.1's do not; ``T5Dataset``'s
-  masking rate is ``mask_lm_prob`` on 0.1.1, ``masked_lm_prob`` on main;
-* ``build_nlp_train_val_test_loader``: main splits by documents and needs the key
-  ``train_val_test_num_samples`` (main's trainer fills it in), 0.1.1 splits the samples;
-* the fused softmax of ``MultiheadAttention`` (``scale_mask_softmax_fusion``): main's drops out
-  inside the fused op (``fused_scale_mask_softmax_dropout``, which libai_ext routes to its
-  streams and runs on CPU), 0.1.1's calls ``fused_scale_mask_softmax``, with no dropout and no
-  CPU kernel.
+Differences between 0.1.1 and main, each read from the installed code's signatures: ``GPTModel``'s layer count is
+``num_layers`` or ``hidden_layers`` (main, whose ``from_config`` also reads ``apply_residual_post_layernorm``); main's
+``GPT2Dataset`` / ``BertDataset`` also take ``name``, ``max_num_samples`` (filled in by its loader builder) and ``seed``
+(its document shuffle); ``T5Dataset``'s masking rate is ``mask_lm_prob`` or ``masked_lm_prob`` (main); main's
+``build_nlp_train_val_test_loader`` splits by documents and needs ``train_val_test_num_samples`` (its trainer fills it
+in), 0.1.1's splits the samples; main's fused attention softmax (``scale_mask_softmax_fusion``) drops out inside the
+op (``fused_scale_mask_softmax_dropout``: routed to libai_ext's streams, runs on CPU), 0.1.1's
+``fused_scale_mask_softmax`` has no dropout and no CPU kernel.
 """
 import inspect
 
@@ -57,12 +52,10 @@ def _taken(callable_, fields):
 
 
 def model_config(model_class, layers, wrapper_fields=None, **fields):
-    """The ``cfg`` of a LiBai ``@configurable`` model (``GPTModel``, ``BertModel``; pass it to
-    ``GPTForPreTraining(cfg=...)``): ``layers`` under the installed class's name for the layer
-    count, ``fields``, and the class's own defaults for every other argument its ``from_config``
-    reads (a config written for one line lacks the other line's new keys).  ``wrapper_fields``
-    are kept as given: keys that the pretraining wrapper reads itself (``BertForPreTraining``'s
-    ``add_binary_head``)."""
+    """The ``cfg`` of a LiBai ``@configurable`` model (``GPTModel``, ``BertModel``; for ``GPTForPreTraining(cfg=...)``):
+    ``layers`` under the installed class's layer-count name, ``fields``, and the class's defaults for every other
+    argument its ``from_config`` reads (a config written for one line lacks the other line's keys). ``wrapper_fields``
+    are kept as given: keys the pretraining wrapper reads itself (``BertForPreTraining``'s ``add_binary_head``)."""
     known = parameters(model_class)
     layer_key = next((name for name in LAYER_COUNT_NAMES if name in known), None)
     if layer_key is None:

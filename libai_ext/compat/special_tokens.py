@@ -1,23 +1,17 @@
 """Special tokens a LiBai tokenizer declares but its vocabulary file lacks (T5's), counted before
 the model's vocabulary is sized.
 
-LiBai's T5 configs give a ``BertTokenizer`` ``bos_token="[BOS]"``, ``eos_token="[EOS]"`` and 100
-sentinels ``<extra_id_i>`` as ``additional_special_tokens``; a BERT vocabulary file has none of them.
-A declared token is only a name: it gets an id once ``add_tokens`` puts it in the vocabulary.
+LiBai's T5 configs give a ``BertTokenizer`` ``[BOS]``, ``[EOS]`` and 100 sentinels ``<extra_id_i>``, none in a BERT
+vocabulary file; a declared token gets an id only once ``add_tokens`` adds it (docs/upstream-bugs.md #22). LiBai
+0.1.1 never adds them: all encode as ``[UNK]`` (every masked span the same token, the decoder starting and ending on
+``[UNK]``). Main's ``T5Dataset`` adds them after ``DefaultTrainer.build_tokenizer`` sized the vocabulary from
+``len(tokenizer)``: their ids lie past the counted tokens, and past the embedding's rows unless the padding covers them.
 
-* LiBai 0.1.1 never adds them: ``T5Dataset`` reads ``bos_token_id``, ``eos_token_id`` and
-  ``additional_special_tokens_ids``, which all come out as ``[UNK]``'s id.  Every masked span is
-  replaced by the same token, and the decoder starts and ends on ``[UNK]``.
-* LiBai main's ``T5Dataset`` adds them in its constructor, after ``DefaultTrainer.build_tokenizer``
-  has sized the model's vocabulary from ``len(tokenizer)``: their ids lie past the tokens the size
-  counted, and past the embedding's rows unless the padding happens to cover them.
-
-``apply()`` (``libai_ext.compat.apply_patches``) wraps LiBai's ``build_tokenizer`` so that the
-tokenizer it returns already holds every special token it declares: the vocabulary size counts
-them on both lines, and main's own ``add_tokens`` call then adds nothing.  A tokenizer that
-declares nothing missing (GPT-2's, BERT's) is returned untouched, and so is every tokenizer this repair cannot
-read and extend: one without LiBai's ``special_tokens_map``, ``get_vocab`` and ``add_tokens`` (the LLM projects'
-SentencePiece tokenizers, Llama's and Baichuan's, whose ``get_vocab`` calls a method they lack), whatever its class.
+``apply()`` wraps LiBai's ``build_tokenizer`` so that its tokenizer already holds every token it declares: the size
+counts them on both lines, and main's own ``add_tokens`` then adds nothing. A tokenizer missing none (GPT-2's, BERT's)
+is returned untouched, as is any this repair cannot read and extend, whatever its class: one without LiBai's
+``special_tokens_map``, ``get_vocab`` and ``add_tokens`` (e.g. Llama's and Baichuan's SentencePiece tokenizers,
+whose ``get_vocab`` calls a method they lack).
 """
 import functools
 import logging
@@ -99,4 +93,4 @@ def apply():
         module = importlib.import_module(name)
         if getattr(module, "build_tokenizer", None) is original:
             replace(module, "build_tokenizer", wrapped,
-                    "declared special tokens (T5's) join the vocabulary before its size is fixed", patch="special_tokens")
+                    "declared special tokens (T5's) join the vocabulary before its size is fixed", patch="special_tokens")  # noqa: E501

@@ -1,19 +1,15 @@
 """LiBai 0.1.1's ``SwinTransformer``: the two things that keep it from training on OneFlow 0.9.0.
 
-* ``window_partition`` / ``window_reverse`` call ``.view`` on the result of ``.permute``, which
-  OneFlow 0.9.0 refuses ("view size is not compatible with input tensor's size and stride"):
-  the model does not even build.  Replaced by the same index shuffles with ``reshape``.
-* Its blocks have no pipeline layer index (LiBai main added them): every parameter sits on
-  stage 0, and under pipeline parallelism the logits (stage 0) never meet the labels (last
-  stage).  After LiBai's constructor, the model is laid out as LiBai main lays out its Swin:
-  blocks numbered across the stages, each stage's patch merge with its last block, the patch
-  embedding on layer 0, the final norm and head on layer -1; each placed module gets main's
-  ``layer_idx`` attribute, its parameters and buffers move to that layer's placement, and its
-  input follows it there (a forward pre-hook).
+* ``window_partition`` / ``window_reverse`` call ``.view`` after ``.permute``, which OneFlow 0.9.0 refuses ("view
+  size is not compatible with input tensor's size and stride"), so the model does not build: replaced with ``reshape``.
+* Its blocks have no pipeline layer index: every parameter sits on stage 0, and under pipeline parallelism the logits
+  never meet the labels (last stage). After LiBai's constructor the model is laid out as LiBai main's Swin: blocks
+  numbered across the stages, each stage's patch merge with its last block, the patch embedding on layer 0, the final
+  norm and head on layer -1. Each placed module gets ``layer_idx``, its parameters and buffers move to that layer's
+  placement, and a forward pre-hook moves its input there.
 
-Each repair is applied only where the installed Swin needs it (``needs_view_repair`` runs the
-installed ``window_partition``; ``lacks_layer_index`` reads ``SwinTransformerBlock``'s arguments),
-so LiBai main's Swin is left alone.
+Each repair is applied only where the installed Swin needs it (``needs_view_repair``, ``lacks_layer_index``), so
+LiBai main's Swin is left alone.
 """
 import functools
 import inspect

@@ -1,18 +1,11 @@
 """One vocabulary size on every layout: LiBai pads it for the tensor-parallel size of the run.
 
-Both LiBai lines set ``model.cfg.vocab_size`` in ``DefaultTrainer.build_tokenizer`` to the
-tokenizer's length rounded up to a multiple of ``tokenization.make_vocab_size_divisible_by x
-train.dist.tensor_parallel_size``: GPT-2's 50,257 tokens become 50,304 rows at tp1 and 50,432 at
-tp2, a 507-token vocabulary with ``make_vocab_size_divisible_by=1`` 507 rows at tp1 and 508 at
-tp2.  The model then has another shape on each tp: extra rows, with initial values of their own,
-whose logits enter the softmax, so tp2 trains another model than tp1, and a checkpoint of one
-tp does not load on another.
-
-Under ``train.randomness="layout_invariant"`` the vocabulary is padded for the largest
-tensor-parallel size the model will be trained on instead, ``tokenization.max_tensor_parallel_size``
-(default ``DEFAULT_MAX_TP``): a multiple of ``make_vocab_size_divisible_by x max_tensor_parallel_size``,
-the size LiBai gives at tp = max_tensor_parallel_size, on every tp that divides it.  A tp that does
-not divide it keeps LiBai's padding, with a warning naming the key to set.
+Both LiBai lines set ``model.cfg.vocab_size`` in ``DefaultTrainer.build_tokenizer`` to the tokenizer's length rounded
+up to a multiple of ``make_vocab_size_divisible_by x tensor_parallel_size``: each tp gets another model shape (extra
+rows with their own initial values, whose logits enter the softmax), so tp2 trains another model than tp1 and a
+checkpoint loads on its own tp only. Under ``train.randomness="layout_invariant"`` the padding is for
+``tokenization.max_tensor_parallel_size`` (default ``DEFAULT_MAX_TP``), the size LiBai gives at that tp, on every tp
+dividing it; another tp keeps LiBai's padding, with a warning naming the key (docs/usage.md, docs/layout_invariance.md).
 """
 import logging
 

@@ -1,17 +1,12 @@
 """Config values that LiBai accepts silently although they change what trains.
 
-``train.dist.pipeline_num_layers`` is the length of LiBai's layer table: layer ``i`` of the
-table sits on stage ``i // (pipeline_num_layers / pipeline_parallel_size)`` (LiBai main spreads
-the middle stages a little differently), and ``layer_idx=-1`` (a model's final norm and head)
-on the last stage.  A model with fewer layers than the table leaves the later stages without
-layers (``model.depth=2`` under a table of 4 on 2 stages: stage 1 holds only the norm and the
-head), and trains without a word; a model with more layers fails inside LiBai with a bare
-``IndexError``.
-
-``recording_layer_indices`` records, while a model is built, every ``layer_idx`` it asks a
-placement for (every LiBai layer places its parameters through ``DistributedUtil.get_layer_ranks``)
-and turns a layer past the table into an error naming the keys; ``warn_on_pipeline_layer_mismatch``
-then compares the model's layer count (largest ``layer_idx`` + 1) with the table.
+``train.dist.pipeline_num_layers`` is the length of LiBai's layer table, which sets each ``layer_idx``'s stage
+(``layer_idx=-1``, a model's final norm and head, on the last). A model with fewer layers than the table leaves the
+later stages without layers (``model.depth=2`` under a table of 4 on 2 stages: stage 1 holds only the norm and the
+head) and trains without a word; one with more fails inside LiBai with a bare ``IndexError`` (docs/usage.md).
+``recording_layer_indices`` records every ``layer_idx`` a model asks a placement for while it is built (every LiBai
+layer places its parameters through ``DistributedUtil.get_layer_ranks``) and refuses one past the table, naming the
+keys; ``warn_on_pipeline_layer_mismatch`` then compares the layer count (largest ``layer_idx`` + 1) with the table.
 """
 import contextlib
 import logging

@@ -1,24 +1,18 @@
 """Config keys nobody reads: a typo warned about by name, or refused when it is one of libai_ext's.
 
-OmegaConf adds any key a config or an override sets, and LiBai reads only the keys it knows, so
-``train.randomnes="fast"`` trains under the default without a word.  ``check_config_keys``
-compares every key under ``train``, ``graph``, ``model``, ``dataloader`` and ``optim`` with the
-keys someone reads:
+OmegaConf adds any key a config or an override sets and LiBai reads only the keys it knows, so
+``train.randomnes="fast"`` trains under the default without a word. ``check_config_keys`` compares every key under
+``train``, ``graph``, ``model``, ``dataloader`` and ``optim`` with the keys someone reads:
 
-* a plain node (``train``, ``train.dist``, ``graph``, ...): the keys the installed LiBai reads
-  (``libai_keys``, from its source) and libai_ext's (``libai_ext.config.keys``); a node that
-  nobody reads by key (LiBai hands it on whole, e.g. ``graph.auto_parallel``) is not looked into;
-* a ``LazyCall`` (``model``, ``optim``, ``dataloader.train``, ``train.scheduler``, datasets,
-  transforms, ...): the parameters of its ``_target_``; for a LiBai model built from
-  ``cfg=dict(...)`` (``@configurable``, or a head that hands ``cfg`` to one), the keys of that dict
-  against the constructors and ``from_config`` of the models it builds, and of LiBai's other models
-  (LiBai's configs share one dict between a family's heads).  A callable that takes ``**kwargs``
-  and uses them accepts any key.
+* a plain node: the keys the installed LiBai reads (``libai_keys``, from its source) and libai_ext's (``keys``); a
+  node nobody reads by key (LiBai hands it on whole, e.g. ``graph.auto_parallel``) is not looked into;
+* a ``LazyCall``: the parameters of its ``_target_`` (any key where it takes and uses ``**kwargs``); for a LiBai model
+  built from ``cfg=dict(...)``, that dict's keys against the constructors and ``from_config`` of the models it builds
+  and of LiBai's other models (LiBai's configs share one dict between a family's heads).
 
-Each unknown key is named with the closest known one ("train.randomnes: not a key LiBai or
-libai_ext reads; did you mean train.randomness?").  ``guard_config_keys`` warns (rank 0, once per
-message) and refuses, on every rank alike, a key whose closest known key is libai_ext's own: the
-config is the same on every rank, so every rank stops at the same point and none waits for another.
+Each unknown key is named with the closest known one. ``guard_config_keys`` warns (rank 0, once per message) and
+refuses, on every rank alike, a key whose closest known key is libai_ext's own: the config is the same on every rank,
+so every rank stops at the same point and none waits for another.
 """
 import ast
 import difflib
@@ -135,10 +129,8 @@ def cfg_keys(target):
     """The keys of the ``cfg`` dict that builds ``target`` (LiBai's models: ``LazyCall(GPTForPreTraining)(
     cfg=dict(...))``), or None where they cannot be told.
 
-    A ``@configurable`` class takes its constructor's parameters and what its ``from_config`` reads; a
-    wrapper whose constructor hands ``cfg`` to such classes (``GPTModel(cfg)``) takes theirs and what it
-    reads of ``cfg`` itself.
-    """
+    A ``@configurable`` class takes its constructor's parameters and what its ``from_config`` reads; a wrapper handing
+    ``cfg`` to such classes (``GPTModel(cfg)``) takes theirs and what it reads of ``cfg`` itself."""
     if is_configurable(target):
         accepted = parameters(target)
         return None if accepted is None else accepted | reads_of_parameter(target.from_config, 1)

@@ -1,13 +1,10 @@
 """The config keys libai_ext reads, in one table.
 
-``libai-ext-train --help`` lists them from here, and the typo guard (``libai_ext.config.key_guard``)
-knows them from here: a key the plugin starts to read is one ``ConfigKey`` entry below.  ``owner``
-says whose key it is: a misspelt key of libai_ext's own (``PLUGIN``) is refused, since the run
-would silently go on under the default; LiBai's keys that the plugin gives a meaning to are listed
-for the help, and LiBai's other keys are found in the installed LiBai's source
-(``libai_ext.config.libai_keys``).
-
-Standard library only: the command-line tools print this before they import OneFlow.
+``libai-ext-train --help`` lists them and the typo guard (``key_guard``) knows them from here: a key the plugin starts
+to read is one ``ConfigKey`` entry. ``owner`` says whose key it is: a misspelt key of libai_ext's own (``PLUGIN``) is
+refused, since the run would silently go on under the default; LiBai's keys the plugin gives a meaning to are listed
+for the help, LiBai's others are found in its source (``libai_keys``). Standard library only: the command-line tools
+print this before they import OneFlow.
 """
 import collections
 import textwrap

@@ -1,14 +1,12 @@
 """The config keys the installed LiBai reads, found in its source.
 
-LiBai has no schema: each line reads its config where it needs a value (``cfg.train.seed``,
-``try_get_key(cfg, "train.amp.enabled")``, ``cfg.train.get("x")``), and hands parts of it on
-(``dist.setup_dist_util(cfg.train.dist)`` ends in ``cfg.tensor_parallel_size`` three calls
-deeper).  ``libai_reads()`` parses every module of the installed ``libai`` package, without
-importing it, and follows those reads through local aliases and through calls that pass a part of
-the config to a function or class of LiBai's, by position or keyword.  It returns the dotted keys
-under ``ROOTS`` that the installed line reads or writes: a key outside that set is one LiBai never
-looks at.  Deriving the set from the installed source keeps it right for each LiBai line
-(0.1.1 and main read different keys) without a list to keep up to date.
+LiBai has no schema: each line reads its config where it needs a value (``cfg.train.seed``, ``try_get_key(cfg,
+"train.amp.enabled")``, ``cfg.train.get("x")``) and hands parts of it on (``dist.setup_dist_util(cfg.train.dist)``
+ends in ``cfg.tensor_parallel_size`` three calls deeper). ``libai_reads()`` parses the installed ``libai`` without
+importing it, follows the reads through local aliases and through calls that pass part of the config on (by position
+or keyword), and returns the dotted keys under ``ROOTS`` it reads or writes: any other key LiBai never looks at.
+Derived from the installed source, the set is right for each LiBai line (0.1.1 and main read different keys) with no
+list to keep up to date.
 """
 import ast
 import functools

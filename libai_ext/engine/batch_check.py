@@ -1,22 +1,15 @@
-"""Batch consistency guard: catch rank-dependent batches before they reach the model.
+"""Batch consistency guard: catch rank-dependent batches before they reach the model (docs/usage.md).
 
-``train.batch_check = "off" | "first" | "every"`` wraps the trainer's ``get_batch``
-(stock ``DefaultTrainer`` too).  It applies mixup as LiBai does, takes a checksum of
-each field's local tensor on every rank, all-gathers the small checksum table, and
-compares it within every set of ranks whose local data the trainer turns into one
-global batch.  Every rank sees the same table and so reaches the same verdict: on a
-disagreement all ranks raise the same ``BatchMismatchError`` together (none hangs).
+``train.batch_check = "off" | "first" | "every"`` wraps the trainer's ``get_batch`` (stock ``DefaultTrainer`` too): it
+applies mixup as LiBai does, checksums each field's local tensor on every rank, all-gathers the small table and
+compares it within every set of ranks whose local data become one global batch. Every rank sees the same table, so
+on a disagreement all raise the same ``BatchMismatchError`` together (none hangs).
 
-Which ranks must agree:
-* stock LiBai 0.1.1: all ranks of a data-parallel group (every pipeline stage and
-  tensor-parallel rank), because each field keeps the data of its own stage;
-* ``ConsistentBatchTrainer``, and stock LiBai main (whose ``get_batch`` goes through
-  stage 0 since LiBai #255): every field comes from one stage-0 rank per group, so
-  nothing can disagree; the guard still checks that different data-parallel groups
-  do not hold identical batches (a sampler that ignores the data-parallel rank, as
-  stock LiBai 0.1.1's does under dp x pp).
-  With stage-0-only loading (its default under pipeline parallelism) only stage 0
-  holds data at all: the guard has nothing to compare and lets the batches through.
+Which ranks must agree: under stock LiBai 0.1.1, all ranks of a data-parallel group, as each field keeps its own
+stage's data. Under ``ConsistentBatchTrainer`` and stock LiBai main (``get_batch`` through stage 0 since LiBai #255)
+every field comes from one stage-0 rank per group, so the guard checks that different data-parallel groups do not hold
+identical batches (a sampler ignoring the data-parallel rank, as 0.1.1's under dp x pp). Under stage-0-only loading
+(the default under pipeline parallelism) only stage 0 holds data: nothing to compare, the batches pass.
 """
 import logging
 

@@ -1,25 +1,15 @@
 """The loaders of ``train.randomness="layout_invariant"``: global order, keyed augmentation, saved position.
 
-LiBai builds its train loader with a ``CyclicSampler`` (bucketed per data-parallel rank) when
-the config passes no sampler of its own.  ``use_global_order`` then rebuilds that loader around
-the same dataset with ``GlobalOrderBatchSampler`` (the global batch of each optimizer step is the
-same samples on any data-parallel size and accumulation split), ``KeyedAugmentation`` (each sample
-augmented from (seed, epoch, index), not from whichever rank's stream reads it; generators the
-dataset owns re-seeded per sample; the ``collate_fn`` run inside keyed streams) and a
-``DataPosition`` that checkpoints save and resumes restore.  Everything else of the stock loader
-is kept: its position (``consumed_samples``), seed, data-parallel shard, workers, collate
-function and ``mixup_func``.
-
-Refused at build time, naming what: a ``collate_fn`` seen drawing random numbers (or holding a
-generator), whose draws would depend on how the global batch is split between ranks and
-micro-batches, and a dataset-owned generator that cannot be re-seeded.
-
-A sampler the config passes itself is left alone, as is the "fast" mode (LiBai's sampler, each
-rank's own streams); their loaders get a ``GlobalBatchGuard`` (a resume under another global
-batch is refused) and a warning naming any generator their dataset owns.
-
-Test loaders (``SingleRoundSampler``): rebuilt by ``use_global_test_order`` to walk the test set
-in one global order (``random.eval_order``).
+Where the config passes no sampler, ``use_global_order`` rebuilds LiBai's ``CyclicSampler`` train loader around the
+same dataset with ``GlobalOrderBatchSampler`` (each step's global batch is the same samples on any data-parallel size
+and accumulation split), ``KeyedAugmentation`` (each sample augmented from (seed, epoch, index); generators the dataset
+owns re-seeded per sample; the ``collate_fn`` run inside keyed streams) and a ``DataPosition`` that checkpoints save.
+The stock loader's position (``consumed_samples``), seed, shard, workers, collate function and ``mixup_func`` are kept.
+Refused at build time, naming it: a ``collate_fn`` seen drawing random numbers (its draws would depend on the batch's
+split between ranks and micro-batches) and a dataset-owned generator that cannot be re-seeded. A config's own sampler
+and the "fast" mode keep their loader, with a ``GlobalBatchGuard`` (a resume under another global batch is refused)
+and a warning naming generators the dataset owns. ``use_global_test_order`` walks LiBai's test loaders
+(``SingleRoundSampler``) in one global order (``random.eval_order``). Details: docs/data_order.md.
 """
 import logging
 
@@ -85,12 +75,10 @@ def use_global_order(loader, consumed_samples=0, micro_batch_size=None, num_accu
     """``loader`` rebuilt with the global-order sampler and keyed augmentation, starting after
     ``consumed_samples`` global samples (or as is, logged, where it is not a stock LiBai train loader).
 
-    ``micro_batch_size`` is ``train.train_micro_batch_size`` (default: the loader's batch); the loader's
-    batch is that, or that times ``num_accumulation_steps`` (LiBai 0.1.1's graph mode).  The position is
-    an argument: with workers, LiBai main's loader has already advanced its sampler by the batches its
-    persistent workers prefetched.  ``check``: the check by effect of the keyed augmentation
-    (``random.augmentation_check.AugmentationCheck``), or None.
-    """
+    ``micro_batch_size``: ``train.train_micro_batch_size`` (default: the loader's batch); the loader's batch is that, or
+    that times ``num_accumulation_steps`` (LiBai 0.1.1's graph mode). The position is an argument because, with workers,
+    LiBai main's loader has already advanced its sampler by what its persistent workers prefetched. ``check``: the
+    keyed augmentation's check by effect (``random.augmentation_check.AugmentationCheck``), or None."""
     stock = getattr(loader, "batch_sampler", None)
     if not isinstance(loader, DataLoader) or type(stock) is not CyclicSampler:
         logger.warning(f"train.randomness=layout_invariant: the train loader ({type(loader).__name__} with "

@@ -1,22 +1,13 @@
 """Graph mode: every train graph takes the step (``StepFedGraph``), and ``GraphBase`` for OneFlow 0.9.0.
 
-``StepFedGraph`` (a mixin) and ``feed_step(graph)`` give any ``nn.Graph`` the training step as an
-input at every train call, so stochastic layers draw the masks of eager training
-(``libai_ext.random.layers.graph_calls``); ``ConsistentBatchTrainer`` feeds it to whatever graph the config
-names.  ``GraphBase`` is one of them:
-
-LiBai 0.1.1's ``libai.models.utils.GraphBase`` reaches graph-side settings through
-``module.origin`` / ``module.config``, which OneFlow 0.9.0 no longer has: inside an
-``nn.Graph`` a module is a ``ProxyModule``, its original module is
-``proxy.to(nn.Module)`` and its graph settings (stage, activation checkpointing) are
-``proxy.to(GraphModule)``.  This class takes the same constructor arguments as LiBai's
-and the ones LiBai main's ``build_graph`` adds (``global_mode``, ``auto_parallel_conf``), so
-one config selects it on both lines with
-
-    graph.train_graph = LazyCall(GraphBase)(is_train=True)
-    graph.eval_graph = LazyCall(GraphBase)(is_train=False)
-
-Pipeline stages are set generically (see ``assign_pipeline_stages``): no per-model code.
+``StepFedGraph`` (a mixin) and ``feed_step(graph)`` give any ``nn.Graph`` the training step as an input at every train
+call, so stochastic layers draw the masks of eager training (``libai_ext.random.layers.graph_calls``);
+``ConsistentBatchTrainer`` feeds it to whatever graph the config names. ``GraphBase`` is one of them. LiBai 0.1.1's
+``GraphBase`` reaches graph settings through ``module.origin`` / ``module.config``, which OneFlow 0.9.0's
+``ProxyModule`` lacks (the module is ``proxy.to(nn.Module)``, its stage and activation checkpointing
+``proxy.to(GraphModule)``). This one takes LiBai's constructor arguments and those LiBai main's ``build_graph`` adds,
+so one config selects it on both lines (``graph.train_graph = LazyCall(GraphBase)(is_train=True)``, ``eval_graph``
+with ``is_train=False``), and sets pipeline stages with no per-model code (``assign_pipeline_stages``).
 """
 import contextlib
 import functools
@@ -48,23 +39,16 @@ def check_graph_options(fp16=False, zero_optim=False, grad_acc_steps=1, data_par
                         tensor_parallel_size=1, cuda=None):
     """Refuse what OneFlow 0.9.0 train graphs cannot do on CPU ranks; each message names its config key.
 
-    ``cuda``: whether the graph's placements are CUDA ones.  ``GraphBase`` passes its model's
-    placement type; before LiBai's layout exists (config checks) the default is LiBai 0.1.1's
-    own choice of device, ``flow.cuda.is_available()``.
+    ``cuda``: whether the graph's placements are CUDA ones (``GraphBase`` passes its model's; before LiBai's layout
+    exists, LiBai 0.1.1's own choice, ``flow.cuda.is_available()``). CPU findings, measured on 2-8 CPU ranks:
 
-    CPU findings (OneFlow 0.9.0, measured on 2-8 CPU ranks):
-
-    * AMP: the graph AMP pass converts CUDA ops only.  On CPU it inserts no cast at all and
-      the losses are bit-identical to float32, so fp16 would be silently ignored.
-    * ZeRO, and data x tensor parallel layouts (dp > 1 and tp > 1): the first training step
-      aborts every rank in the CPU transport (``register.cpp:75 Check failed:
-      separated_header_mem_ptr() == nullptr`` from ``EpollCommNet::SendActorMsg``).  Which
-      jobs hit it depends on the boxing the compiler picks (the demo mixer at its real size
-      does; toy sizes may not), so these layouts are refused as a whole.
-    * Tensor parallelism: a column-parallel layer's bias whose gradient reaches it broadcast or partial (its
-      output sliced along the split axis, as ChatGLM's ``query_key_value``) aborts the same way
-      (docs/upstream-bugs.md §38), and so does LoRA's ``lora_B`` beside it; the compiled job shows both, and
-      ``refuse_split_gradients`` refuses them before the first step.
+    * AMP: the graph AMP pass converts CUDA ops only; on CPU it inserts no cast, so fp16 would be silently ignored.
+    * ZeRO, and dp > 1 with tp > 1: the first step aborts every rank in the CPU transport (``register.cpp:75 Check
+      failed: separated_header_mem_ptr() == nullptr`` from ``EpollCommNet::SendActorMsg``). Which jobs hit it depends
+      on the boxing the compiler picks (the demo mixer at its real size does, toy sizes may not): refused as a whole.
+    * Tensor parallelism: a column-parallel bias whose gradient arrives broadcast or partial (its output sliced along
+      the split axis, as ChatGLM's ``query_key_value``), and LoRA's ``lora_B`` beside it, abort the same way
+      (docs/upstream-bugs.md §38); the compiled job shows both, and ``refuse_split_gradients`` refuses them.
     """
     cuda = flow.cuda.is_available() if cuda is None else cuda
     if isinstance(grad_acc_steps, bool) or not isinstance(grad_acc_steps, int) or grad_acc_steps < 1:
@@ -219,10 +203,9 @@ def layer_idx_of(module):
 def stage_of(module, stages):
     """``(stage_id, placement)`` of an original module, or None when it does not say.
 
-    A module with an int ``layer_idx`` (LiBai's convention: ``TransformerLayer``,
-    ``LayerNorm``, this project's blocks) is on that layer's stage.  Otherwise its own
-    (non-recursive) parameters and buffers decide, if they all live on one stage's
-    ranks: that covers LiBai's ``Linear``, which keeps no ``layer_idx``.
+    An int ``layer_idx`` (LiBai's convention: ``TransformerLayer``, ``LayerNorm``, this project's blocks) gives that
+    layer's stage; otherwise the module's own (non-recursive) parameters and buffers decide if they all live on one
+    stage's ranks, which covers LiBai's ``Linear`` (it keeps no ``layer_idx``).
     """
     layer_idx = layer_idx_of(module)
     if layer_idx is not None:
@@ -235,13 +218,11 @@ def stage_of(module, stages):
 
 
 def assign_pipeline_stages(proxy, stages=None, inherited=None):
-    """Walk the graph's modules and ``set_stage`` where a module changes stage.
+    """Walk the graph's modules and ``set_stage`` where a module changes stage; returns how many were set.
 
-    A module's scope inherits its parent's stage in OneFlow, so a stage is only set
-    where it differs from the nearest ancestor's: fewer inserted ``to_global`` /
-    identity ops.  ``set_stage`` with a placement also moves the module's inputs to
-    that stage, which the models do themselves already; it costs nothing then.
-    Returns the number of modules whose stage was set.
+    OneFlow's scopes inherit the parent's stage, so a stage is set only where it differs from the nearest ancestor's
+    (fewer inserted ``to_global`` / identity ops). ``set_stage`` with a placement also moves the module's inputs there,
+    which the models do themselves already: it costs nothing then.
     """
     stages = layer_stages() if stages is None else stages
     count = 0
@@ -305,15 +286,12 @@ def _taking_step(build):
 class StepFedGraph:
     """Mixin of an ``nn.Graph`` whose train steps draw the masks of eager training.
 
-    A train graph (one with an optimizer) takes the step as one more input at every call: the
-    trainer's global step (``libai_ext.random.draws``), or the graph's own call count outside a
-    trainer.  While it traces, the step reaches the stochastic layers (``graph_calls.tracing``), and
-    on CPU ranks a parameter read on another stage crosses as a copy
-    (``compat.cpu_graph_shared_params``: OneFlow 0.9.0's CPU transport aborts otherwise).  The
-    ``build`` of every class derived from it is wrapped to take the step input out first, so a
-    subclass's own ``build`` (and every other method) runs as written.  Comes first in the bases:
-    ``class MyGraph(StepFedGraph, nn.Graph)``, or ``feed_step(graph)`` for a graph built already.
-    """
+    A train graph (one with an optimizer) takes the step as one more input at every call: the trainer's global step, or
+    its own call count outside a trainer. While it traces, the step reaches the stochastic layers
+    (``graph_calls.tracing``), and on CPU ranks a parameter read on another stage crosses as a copy
+    (``compat.cpu_graph_shared_params``). Every derived class's ``build`` is wrapped to take the step input out first,
+    so a subclass's own ``build`` runs as written. Comes first in the bases (``class MyGraph(StepFedGraph, nn.Graph)``),
+    or ``feed_step(graph)`` for a built graph."""
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -380,35 +358,23 @@ def log_mask_path():
 class GraphBase(StepFedGraph, nn.Graph):
     """A train or eval graph around a LiBai model, for OneFlow 0.9.0.
 
-    Same arguments as ``libai.models.utils.GraphBase`` (LiBai 0.1.1):
+    The arguments of LiBai 0.1.1's ``libai.models.utils.GraphBase``, plus those LiBai main's ``build_graph`` adds
+    (``None`` when the config has no such key):
 
-    * ``grad_acc_steps`` (``train.num_accumulation_steps``): graph gradient accumulation;
-      each call takes ``micro_batch * grad_acc_steps`` rows and returns per-micro-batch losses.
-    * ``activation_checkpoint`` (``train.activation_checkpoint.enabled``): recompute the
-      outermost modules that have a ``layer_idx`` (the blocks) in the backward pass.
-    * ``fp16`` (``train.amp.enabled``): graph AMP with a dynamic loss scaler; CUDA only.
-    * ``zero_optim`` / ``zero_stage`` (``train.zero_optimization``): OneFlow's ZeRO.
+    * ``grad_acc_steps`` (``train.num_accumulation_steps``): each call takes ``micro_batch * grad_acc_steps`` rows and
+      returns per-micro-batch losses;
+    * ``activation_checkpoint`` (``train.activation_checkpoint.enabled``): recompute the outermost modules with a
+      ``layer_idx`` (the blocks); ``fp16`` (``train.amp.enabled``): graph AMP with a dynamic loss scaler, CUDA only;
+      ``zero_optim`` / ``zero_stage`` (``train.zero_optimization``): OneFlow's ZeRO;
+    * ``global_mode`` (``graph.global_mode``, main): with ``enabled``, the train graph traces in OneFlow's global view
+      (tensors created inside ``forward`` are split over all ranks of ``device``, default the layout's device kind);
+    * ``auto_parallel_conf`` (``graph.auto_parallel``, main): with ``enabled``, OneFlow's auto-parallel search with the
+      config's ``enable_auto_parallel_ignore_user_sbp_config``, ``trunk_algo`` and ``sbp_collector``.
 
-    and the ones LiBai main's ``build_graph`` adds (``None`` when the config has no such key):
-
-    * ``global_mode`` (``graph.global_mode``): with ``enabled``, the train graph is traced in
-      OneFlow's global view (tensors created inside ``forward`` are global, split over all
-      ranks of ``device``, default the layout's device kind).
-    * ``auto_parallel_conf`` (``graph.auto_parallel``): with ``enabled``, OneFlow's
-      auto-parallel search with the config's ``enable_auto_parallel_ignore_user_sbp_config``,
-      ``trunk_algo`` and ``sbp_collector``; OneFlow's own cost settings otherwise.
-
-    Pipeline stages: every module with an int ``layer_idx``, and every module whose own
-    parameters sit on one stage's ranks, gets ``set_stage(stage_id, placement)``.  A model
-    may refine that with a method ``set_graph_stages(self, graph_model)`` that receives
-    the graph's ``ProxyModule`` (use ``graph_model.<child>.to(GraphModule).set_stage(...)``);
-    it runs after the automatic pass.  LiBai 0.1.1 models' own ``set_pipeline_stage_id``
-    is not called: it is written against the pre-0.9 ``.origin`` API.
-
-    Dropout / DropPath of ``libai_ext.random.layers``: a train graph takes the global step (the
-    trainer's, or its own call count outside a trainer) as an extra input at every call
-    (``StepFedGraph``), so each step draws new masks, the ones eager
-    training draws.
+    Pipeline stages: every module with an int ``layer_idx``, or whose own parameters sit on one stage's ranks, gets
+    ``set_stage(stage_id, placement)``; a model's optional ``set_graph_stages(self, graph_model)`` then refines that on
+    the graph's ``ProxyModule`` (``graph_model.<child>.to(GraphModule).set_stage(...)``). LiBai 0.1.1 models' own
+    ``set_pipeline_stage_id`` is not called: it is written against the pre-0.9 ``.origin`` API.
     """
 
     def __init__(self, model, optimizer=None, lr_scheduler=None, fp16=False, activation_checkpoint=False,

@@ -11,10 +11,8 @@ from .raw_losses import RAW_LOSSES_FILE
 class RawLossWriter(HookBase):
     """Append each iteration's unsmoothed losses to ``<output_dir>/losses.jsonl`` (main process).
 
-    LiBai's ``metrics.json`` holds running medians; comparing runs step by step (resume
-    exactness, graph vs eager) needs the raw values.  ``libai_ext.testing.read_raw_losses``
-    and ``raw_losses_by_run`` read them back.
-    """
+    LiBai's ``metrics.json`` holds running medians; step-by-step comparisons (resume exactness, graph vs eager) need the
+    raw values, which ``libai_ext.testing.read_raw_losses`` and ``raw_losses_by_run`` read back."""
 
     def __init__(self, output_dir):
         self.path = os.path.join(output_dir, RAW_LOSSES_FILE)

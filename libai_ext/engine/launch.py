@@ -1,9 +1,8 @@
 """The run behind ``libai-ext-train`` (``tools/train_net.py``): LiBai's train_net with a configurable
 trainer class.  Its command line is ``libai_ext.cli.train_net``.
 
-``train.trainer`` names the trainer (a class or a dotted path; default
-``libai_ext.ConsistentBatchTrainer``).  ``train.trainer=libai.engine.DefaultTrainer``
-reproduces stock LiBai for side-by-side comparison.
+``train.trainer`` names the trainer (a class or a dotted path; default ``libai_ext.ConsistentBatchTrainer``);
+``libai.engine.DefaultTrainer`` reproduces stock LiBai for side-by-side comparison.
 """
 import importlib
 import json
@@ -185,12 +184,10 @@ def exit_on_error(fn, *args):
     """Run ``fn``; on an error, print it and end this process at once (code 1); on a preemption, let
     ``Preempted`` end it with its code through OneFlow's own exit (``libai_ext.lifetime.preemption``).
 
-    After a Python error, OneFlow 0.9.0 can block this process's exit waiting on its peers
-    (seen with all 8 ranks refusing the same config): ending at once leaves no rank hanging.
-    A preemption ends every rank at the same point, and OneFlow's exit is what keeps rank 0, the
-    host of its control server, alive until every other rank's last barrier is answered: ended
-    at once, rank 0 could take an answer with it and the rank waiting for it aborts in OneFlow's
-    RPC client without a line in its log.  The grace period still bounds the exit.
+    After a Python error OneFlow 0.9.0 can block the exit waiting on its peers (seen with all 8 ranks refusing one
+    config), hence the immediate end. A preemption needs OneFlow's exit: it keeps rank 0, host of the control server,
+    alive until every rank's last barrier is answered; otherwise a rank waiting on it aborts in OneFlow's RPC client
+    without a log line. The grace period still bounds the exit.
     """
     try:
         return fn(*args)
@@ -208,4 +205,3 @@ def end_now(code):
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-

@@ -1,20 +1,15 @@
 """The plugin's model-side work, on the model the trainer trains however the project builds it.
 
-``model_work(cfg, build, builder)``: ``build()`` runs inside the recordings (layer indices; under
-``"layout_invariant"`` the initial values), then the built model gets the rest: randomly initialised tensors
-re-drawn from ``train.seed`` (``random.param_init``), stochastic layers converted and named, the model watched,
-its random ops audited and routed, BatchNorm statistics routed, late parameters watched.
-
-``ConsistentBatchTrainer.build_model`` runs LiBai's build through it.  A subclass's own ``build_model`` (LiBai
-main's LLM projects override it without calling the parent, building and loading the model through a HuggingFace
-loader, ChatGLM adding LoRA adapters), or a mixin's ahead of it, is wrapped into it when the subclass is defined
-(``wrap_build_model``), so the project's build runs inside the recording as LiBai's does.  A build nested in
-another (a subclass's build calling ``super().build_model``) is part of the outer one: the work is done once, on
-the model the outermost build returns.  Weights loaded inside the build (``load_state_dict``, ``copy_``) keep
-their loaded values: a full overwrite from a tensor that is not random drops the tensor's record.
-
-``check_trained(model, where, trainer_cls)``: a model that did not come out of this work (replaced or wrapped after
-``build_model``) is refused when training starts, naming where it was found.
+``model_work(cfg, build, builder)`` runs ``build()`` inside the recordings (layer indices; under ``"layout_invariant"``
+the initial values), then re-draws randomly initialised tensors from ``train.seed`` (``random.param_init``), converts
+and names stochastic layers, watches the model, audits and routes its random ops, routes BatchNorm statistics and
+watches late parameters. ``ConsistentBatchTrainer.build_model`` runs LiBai's build through it; a subclass's own
+``build_model`` (LiBai main's LLM projects override it without calling the parent, loading through a HuggingFace
+loader or adding LoRA adapters), or a mixin's ahead of it, is wrapped into it when the subclass is defined
+(``wrap_build_model``). A nested build (``super().build_model``) is part of the outer one: the work is done once, on
+the outermost build's model. Weights loaded inside the build (``load_state_dict``, ``copy_``) keep their values: a
+full overwrite from a tensor that is not random drops the tensor's record. ``check_trained`` refuses, when training
+starts, a model that did not come out of this work (replaced or wrapped after ``build_model``), naming where.
 """
 import functools
 import logging

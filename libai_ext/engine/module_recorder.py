@@ -1,18 +1,14 @@
 """Record what each module computes, per iteration, as small fingerprints of the *global* values.
 
-``tools/check_equivalence.py`` installs a ``ModuleRecorder`` in every rank of each layout it
-runs, then compares the layouts module by module to name where two runs part.  Recorded,
-in the order they happen on every rank:
+``tools/check_equivalence.py`` installs a ``ModuleRecorder`` in every rank of each layout it runs, then compares the
+layouts module by module to name where two runs part. Recorded in the order they happen on every rank:
+``batch.<field>`` (each field of the global batch the model receives, after mixup), ``<module>:out`` (every tensor a
+module returns, root model included) and ``<module>:grad`` (the gradient flowing back into each such output).
 
-* ``batch.<field>``: each field of the global batch the model receives (after mixup);
-* ``<module>:out``: every tensor a module returns (forward hooks, root model included);
-* ``<module>:grad``: the gradient flowing back into each such output (tensor hooks).
-
-A fingerprint is computed from the whole global tensor (made ``broadcast`` on its own
-placement, so no rank outside it takes part): shape, sum, sum of absolute values, L2 norm,
-largest absolute value and an evenly spaced sample of values.  The lowest rank of the
-tensor's placement writes it to ``<dir>/modules_rank<r>.jsonl``; every record carries
-the sequence number every rank agrees on (all ranks run every module in global mode).
+A fingerprint (shape, sum, sum of absolute values, L2 norm, largest absolute value, an evenly spaced sample) is taken
+of the whole global tensor, made ``broadcast`` on its own placement so that no rank outside it takes part. The
+placement's lowest rank writes it to ``<dir>/modules_rank<r>.jsonl`` with the sequence number every rank agrees on
+(all ranks run every module in global mode).
 """
 import json
 import os
@@ -161,8 +157,8 @@ def read_records(output_dir):
 
 
 def record_every_trainer():
-    """From now on, every LiBai trainer this process trains (``DefaultTrainer`` or a subclass, whatever script built
-    it: ``libai-ext-check-equivalence --script``) writes its raw losses and, in eager mode, a ``ModuleRecorder``'s
+    """Make every LiBai trainer this process trains afterwards (``DefaultTrainer`` or a subclass, whatever script built
+    it: ``libai-ext-check-equivalence --script``) write its raw losses and, in eager mode, a ``ModuleRecorder``'s
     records into its output folder, as ``libai-ext-train``'s runs under the tool do."""
     from libai.engine import DefaultTrainer
 

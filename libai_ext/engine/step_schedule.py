@@ -1,16 +1,11 @@
-"""The learning rate of eager gradient accumulation, per optimizer step.
+"""The learning rate of eager gradient accumulation, per optimizer step (docs/randomness.md).
 
-In eager mode LiBai (0.1.1 and main) counts iterations in micro-batches: it multiplies
-``train.train_iter`` and ``train.warmup_iter`` (and the milestones it scales from them) by
-``train.num_accumulation_steps`` and steps the scheduler after every micro-batch, while the
-optimizer steps after the last one.  So optimizer step ``t`` runs at the learning rate of
-position ``n * t + n - 1`` of a schedule ``n`` times longer, not at step ``t`` of the schedule that
-graph mode and 1 rank with the whole batch use: the runs part from iteration 1 (measured 1.5-4 %
-on the demo with ``n = 2``).
-
-``ConsistentBatchTrainer`` builds the scheduler over optimizer steps instead (``step_scheduler``)
-and steps it once per optimizer step (``OptimizerStepLRScheduler``, in place of LiBai's
-``LRScheduler`` hook).  The scheduler's saved ``last_step`` then counts optimizer steps.
+In eager mode LiBai (0.1.1 and main) counts iterations in micro-batches: it multiplies ``train.train_iter`` and
+``train.warmup_iter`` (and the milestones scaled from them) by ``train.num_accumulation_steps`` and steps the
+scheduler after every micro-batch, so optimizer step ``t`` runs at position ``n * t + n - 1`` of a schedule ``n``
+times longer, not at step ``t`` as graph mode and 1 rank do (1.5-4 % apart on the demo with ``n = 2``).
+``ConsistentBatchTrainer`` builds the scheduler over optimizer steps (``step_scheduler``) and steps it once per
+optimizer step (``OptimizerStepLRScheduler``), so its saved ``last_step`` counts optimizer steps.
 """
 import copy
 
