@@ -13,7 +13,7 @@ warm-up batch each), so a shared host's load drifts hit them alike:
   fingerprinted, the generators disturbed and put back, each batch);
 * ``check (default)``: the first 2 batches, then one in 50;
 * ``no check, draws unordered``: as ``no check`` without the wait before each OneFlow draw
-  (``sample_keys.draws_in_call_order``), what the keyed read cost before that wait.
+  (``keyed_dataset.draws_in_call_order``), what the keyed read cost before that wait.
 
 The table gives each loader's median batch time and its ratio to ``no check``.
 """

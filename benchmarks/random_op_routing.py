@@ -50,7 +50,7 @@ def cases():
     import oneflow as flow
 
     from libai_ext.random.layers import stochastic_ops
-    from libai_ext.random import draws, oneflow_draws, sample_keys
+    from libai_ext.random import draws, keyed_dataset, oneflow_draws
 
     stochastic_ops.route_stochastic_ops()
     own = {name: getattr(flow._C, name).__wrapped__ for name in ("rand", "dropout")}
@@ -79,14 +79,14 @@ def cases():
 
     def batch_streams(probe):  # what keyed augmentation does around a batch, besides seeding each sample
         def call():
-            with sample_keys.preserved_streams(oneflow=probe):
+            with keyed_dataset.preserved_streams(oneflow=probe):
                 if probe:
-                    sample_keys.seed_oneflow_probe()
-                    sample_keys.oneflow_untouched_since_probe()
+                    keyed_dataset.seed_oneflow_probe()
+                    keyed_dataset.oneflow_untouched_since_probe()
         return call
 
     def listening():
-        with sample_keys.preserved_streams(oneflow=False), sample_keys.oneflow_draws_heard() as heard:
+        with keyed_dataset.preserved_streams(oneflow=False), keyed_dataset.oneflow_draws_heard() as heard:
             return heard.drew
 
     return {

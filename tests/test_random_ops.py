@@ -597,10 +597,9 @@ def test_keyed_augmentation_hears_a_oneflow_draw_at_the_call_and_touches_nothing
     that of the same dataset keyed in full."""
     from libai_ext.data import KeyedAugmentation
     from libai_ext.random import keyed_dataset
-    from libai_ext.random import sample_keys
 
     touches = []
-    for module, name in ((keyed_dataset, "seed_oneflow_probe"), (sample_keys, "finish_queued_draws")):
+    for module, name in ((keyed_dataset, "seed_oneflow_probe"), (keyed_dataset, "finish_queued_draws")):
         original = getattr(module, name)
         monkeypatch.setattr(module, name, lambda *a, _f=original, _n=name, **k: touches.append(_n) or _f(*a, **k))
     learning = KeyedAugmentation(SometimesOneFlow(_through_wrapped_ops), 3)

@@ -19,7 +19,7 @@ import oneflow as flow
 from PIL import Image
 
 from .owned_generators import reseed
-from .sample_keys import preserved_streams
+from .keyed_dataset import preserved_streams
 
 logger = logging.getLogger(__name__)
 ACTIONS = ("refuse", "warn", "off")

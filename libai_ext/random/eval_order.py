@@ -13,7 +13,7 @@ import math
 import numpy as np
 from oneflow.utils.data import Sampler
 
-from .sample_keys import epoch_order
+from .global_order import epoch_order
 
 _FILLER = 0
 

@@ -1,8 +1,8 @@
 """The one key function: every draw of a run takes its key from ``key(seed, what, counters...)``.
 
 A key is blake2b of the words' ``repr``, as many bits as the draw needs, so two draws share a key only when they name
-the same words. It keys the data order (``index_shuffle``: ``key(seed, "order", epoch)``), a sample's and a batch's
-``collate_fn`` seeds (``sample_keys``), a step's mixup (``global_mixup``), the counter hash's words and the step key a
+the same words. It keys the data order (``global_order``: ``key(seed, "order", epoch)``), a sample's and a batch's
+``collate_fn`` seeds (``keyed_dataset``), a step's mixup (``global_mixup``), the counter hash's words and the step key a
 layer's draw derives from (``counter_rng``, ``step_key``), the "fast" mode's shard generators (``shard_rng``) and the
 per-scope seeds (``seeding``).
 """

@@ -1,6 +1,6 @@
 """Random generators a dataset (or a ``collate_fn``) owns: found by walking its attributes, and re-seeded.
 
-Seeding the global streams per sample (``sample_keys``) does not reach a generator the dataset holds itself
+Seeding the global streams per sample (``keyed_dataset``) does not reach a generator the dataset holds itself
 (``self.rng = np.random.default_rng(0)``, a transform's ``random.Random``): it draws in read order, so its numbers
 depend on the rank and loader worker (each worker holds a copy).  ``find_owned_generators`` walks an object's
 attributes (a few levels deep, through containers and a function's closure, defaults, globals and bound instance)

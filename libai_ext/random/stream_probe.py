@@ -8,7 +8,7 @@ import random
 import numpy as np
 import oneflow as flow
 
-from .sample_keys import preserved_streams
+from .keyed_dataset import preserved_streams
 
 _PROBE_SEED = 12345
 

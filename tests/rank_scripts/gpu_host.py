@@ -16,7 +16,7 @@ from libai_ext import Dropout, seed_everything
 from libai_ext.random import capture_rng_state, preserved_rng_state, restore_rng_state
 from libai_ext.random import modes
 from libai_ext.random.devices import own_cuda_device, own_cuda_generator
-from libai_ext.random.sample_keys import KeyedDrawOnGPU, preserved_streams, seed_streams
+from libai_ext.random.keyed_dataset import KeyedDrawOnGPU, preserved_streams, seed_streams
 from libai_ext.random.shard_rng import local_device, shard_generator
 from libai_ext.testing import write_rank_result
 
