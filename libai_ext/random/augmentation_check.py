@@ -19,7 +19,7 @@ import oneflow as flow
 from PIL import Image
 
 from .owned_generators import reseed
-from .keyed_dataset import preserved_streams
+from .keyed_dataset import finish_queued_work, preserved_streams
 
 logger = logging.getLogger(__name__)
 ACTIONS = ("refuse", "warn", "off")
@@ -104,7 +104,7 @@ def disturb_streams(keyed, salt):
     from ``salt``, none of them what a sample's keys would set."""
     random.seed(salt * 7919)
     np.random.seed(salt % 2 ** 32)
-    flow._oneflow_internal.eager.Sync()  # a queued draw reads the generator when it runs
+    finish_queued_work()  # a queued draw reads the generator when it runs
     flow.default_generator.manual_seed(salt)
     for site in keyed.owned_generators:
         reseed(site.resolve(keyed.dataset), salt)

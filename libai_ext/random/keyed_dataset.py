@@ -93,7 +93,7 @@ def seed_oneflow_probe():
 def oneflow_untouched_since_probe():
     """Whether OneFlow's CPU generator is as ``seed_oneflow_probe`` left it: right after seeding, the
     Mersenne Twister's block is unused, so any draw regenerates it and changes the saved state."""
-    flow._oneflow_internal.eager.Sync()  # a queued draw reads the generator when it runs
+    finish_queued_work()  # a queued draw reads the generator when it runs
     return np.array_equal(flow.default_generator.get_state().numpy(), _probe_state)
 
 

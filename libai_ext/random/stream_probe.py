@@ -8,7 +8,7 @@ import random
 import numpy as np
 import oneflow as flow
 
-from .keyed_dataset import preserved_streams
+from .keyed_dataset import finish_queued_work, preserved_streams
 
 _PROBE_SEED = 12345
 
@@ -28,6 +28,6 @@ def streams_drawn_by(fn, *args):
         flow.default_generator.manual_seed(_PROBE_SEED)
         before = _states()
         fn(*args)
-        flow._oneflow_internal.eager.Sync()  # a queued draw advances the generator when it runs
+        finish_queued_work()  # a queued draw advances the generator when it runs
         after = _states()
     return [name for name in before if before[name] != after[name]]
