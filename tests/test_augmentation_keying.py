@@ -228,12 +228,17 @@ def test_the_check_passes_a_one_sample_batch_that_libais_collate_changes_in_plac
     assert keyed.check.reads == 2
 
 
-def test_the_check_runs_on_the_first_batches_then_every_period():
-    check = AugmentationCheck(first_batches=2, period=3)
-    assert [check.due() for _ in range(9)] == [True, True, False, False, True, False, False, True, False]
-    assert [AugmentationCheck(first_batches=1, period=0).due() for _ in range(1)] == [True]
-    only_first = AugmentationCheck(first_batches=1, period=0)
-    assert [only_first.due() for _ in range(4)] == [True, False, False, False]
+def test_the_check_runs_on_the_first_batches_then_every_period(monkeypatch):
+    def checked_reads(check, reads):
+        verified = []
+        monkeypatch.setattr(check, "verify", lambda *args: verified.append(check.reads - 1))
+        keyed = KeyedAugmentation(Tokens(), SEED, check=check)
+        for _ in range(reads):
+            keyed._verify(EpochBatch([1], epoch=0), 0, ["sample"], oneflow=False)
+        return verified
+
+    assert checked_reads(AugmentationCheck(first_batches=2, period=3), 9) == [0, 1, 4, 7]
+    assert checked_reads(AugmentationCheck(first_batches=1, period=0), 4) == [0]
 
 
 def test_the_check_config_keys_are_read_and_checked_by_name():

@@ -5,9 +5,9 @@ would be created the test checks the device it is asked for.
 """
 import oneflow as flow
 import pytest
-from libai.data.structures import DistTensorData
+from libai.data.structures import DistTensorData, Instance
 
-from libai_ext.engine import graph, stage0_loading
+from libai_ext.engine import batch, graph
 
 
 def test_graph_device_follows_the_placement_not_the_host(monkeypatch):
@@ -26,9 +26,14 @@ def test_cpu_only_graph_refusals_are_lifted_for_cuda_placements():
 
 def test_layout_records_the_device_of_stage0s_tensor():
     field = DistTensorData(flow.zeros(4, 3, dtype=flow.float32), placement_idx=0)
-    layout = stage0_loading.field_layout(field.tensor, field)
-    assert layout == {"shape": [4, 3], "dtype": "oneflow.float32", "device": "cpu",
-                      "sbp_list": list(field.sbp_list), "placement_idx": 0}
+    loader = batch.Stage0OnlyLoader.__new__(batch.Stage0OnlyLoader)  # stage 0's, its first batch's layout known
+    loader.reads_data, loader.loader = True, [Instance(images=field)]
+    loader.layout = {"images": {"shape": [4, 3], "dtype": "oneflow.float32", "device": "cpu",
+                                "sbp_list": list(field.sbp_list), "placement_idx": 0}}
+    assert len(list(loader)) == 1
+    loader.layout["images"]["device"] = "cuda"
+    with pytest.raises(ValueError, match="fixed batch shapes"):
+        list(loader)
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
@@ -39,14 +44,14 @@ def test_placeholders_are_made_on_the_recorded_device(monkeypatch, device):
         requested.append((list(shape), dtype, device))
         return "placeholder"
 
-    monkeypatch.setattr(stage0_loading.flow, "zeros", zeros)
+    monkeypatch.setattr(batch.flow, "zeros", zeros)
     spec = {"shape": [2, 5], "dtype": "oneflow.int64", "device": device, "sbp_list": ["split_0", "broadcast"],
             "placement_idx": -1}
-    assert stage0_loading.placeholder(spec) == "placeholder"
+    assert batch.placeholder(spec) == "placeholder"
     assert requested == [([2, 5], flow.int64, device)]
 
 
 def test_cpu_placeholder_is_a_real_cpu_tensor():
     spec = {"shape": [2, 5], "dtype": "oneflow.float32", "device": "cpu"}
-    tensor = stage0_loading.placeholder(spec)
+    tensor = batch.placeholder(spec)
     assert tensor.device.type == "cpu" and tuple(tensor.shape) == (2, 5) and tensor.dtype == flow.float32

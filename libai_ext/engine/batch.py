@@ -1,5 +1,6 @@
 """The batch path: a batch of local ``DistTensorData`` fields made global tensors, all from stage 0
-(``consistent_batch``, the body of ``ConsistentBatchTrainer.get_batch``; docs/the-bug.md).
+(``consistent_batch``, the body of ``ConsistentBatchTrainer.get_batch``; docs/the-bug.md), and the train loader
+that reads on stage 0 only (``Stage0OnlyLoader``).
 
 Stock LiBai makes each field global directly on the placement of its ``placement_idx``, so images keep stage 0's
 augmentation and labels the last stage's.  Here every field becomes global on stage 0 first, then moves to its own
@@ -7,13 +8,27 @@ stage (one stage-to-stage transfer for a field not on stage 0).  ``device_type``
 ``train.input_placement_device`` (``None`` on 0.1.1: the layout's device), honoured as main's stock does.  Mixup
 mixes the global stage-0 batch under ``train.randomness="layout_invariant"`` (``global_mixup``), each rank's local
 batch under ``"fast"``, as stock does.
+
+Stage-0-only loading (docs/usage.md): every field's data comes from stage 0, so what other stages would read is
+thrown away.  ``Stage0OnlyLoader`` broadcasts the layout of stage 0's first batch once (name, shape, dtype, device,
+sbp, placement_idx); the other ranks then yield LiBai ``Instance``s of zero tensors of that layout, which
+``to_global`` drops.  Stage 0 is untouched, so its batches are bit-identical to the default path.  Batch shapes must
+not change between steps (LiBai's training samplers always yield full micro-batches); evaluation loaders keep the
+default path.
 """
+import functools
+import json
+
+import numpy as np
 import oneflow as flow
-from libai.data.structures import DistTensorData
+from libai.config import try_get_key
+from libai.data.structures import DistTensorData, Instance
 from libai.utils import distributed as dist
 
 from ..compat import layout
 from ..random.global_mixup import split_mixup
+
+_WORKER_ERROR = flow.utils.data._utils.worker.ExceptionWrapper
 
 
 def nd_sbp_from_names(sbp_list, field_name):
@@ -81,8 +96,18 @@ def apply_mixup(tensors, mixup_func, device_type=None):
 
 
 def reraise_worker_error(data):
-    if isinstance(data, flow.utils.data._utils.worker.ExceptionWrapper):
+    if isinstance(data, _WORKER_ERROR):
         data.reraise()
+
+
+@functools.lru_cache(maxsize=16)
+def _targets(dist_util, device_type, fields):
+    """``(stage 0's placement, {field: (its placement, its nd-sbp)})`` of ``fields``' ``(name, placement_idx,
+    sbp_list)`` in the layout of ``dist_util`` (LiBai's, made anew by each ``setup_dist_util``)."""
+    targets = {}
+    for name, placement_idx, sbp_list in fields:
+        targets[name] = placement_of(placement_idx, name, device_type), nd_sbp_from_names(sbp_list, name)
+    return layout.layer_placement(0, device_type), targets
 
 
 def consistent_batch(data, mixup_func=None, device_type=None, step=None):
@@ -93,28 +118,36 @@ def consistent_batch(data, mixup_func=None, device_type=None, step=None):
     (``step_batches.StepBatchLoader``) are made global once, at their first micro-step, and each micro-step gets
     its rows (``micro_rows``).
     """
-    reraise_worker_error(data)
+    if isinstance(data, _WORKER_ERROR):
+        data.reraise()
     micro_batches = getattr(data, "_micro_batches", 1)
     batch = getattr(data, "_global", None)
     if batch is None:
-        fields = check_fields(data)
-        check_mixup_fields(fields, mixup_func)
+        # Checked inline, the messages made where a check fails: this runs at every step.
+        fields, names = data.get_fields(), []
+        for name, field in fields.items():
+            if not isinstance(field, DistTensorData) or not isinstance(field.tensor, flow.Tensor) or \
+                    type(field.placement_idx) is not int:
+                check_fields(data)
+                placement_of(field.placement_idx, name, device_type)
+            names.append((name, field.placement_idx, tuple(field.sbp_list)))
+        if mixup_func is not None and ("images" not in fields or "labels" not in fields):
+            check_mixup_fields(fields, mixup_func)
         local_mixup, global_mixup = split_mixup(mixup_func, None if step is None else step.mode)
         mixed = None if local_mixup is None else apply_mixup(
             {name: field.tensor for name, field in fields.items()}, local_mixup, device_type)
-        stage0 = layout.layer_placement(0, device_type)
-        batch, sbp, targets = {}, {}, {}
+        stage0, targets = _targets(dist.get_dist_util(), device_type, tuple(names))
+        batch = {}
         for name, field in fields.items():
-            targets[name] = placement_of(field.placement_idx, name, device_type)
-            sbp[name] = nd_sbp_from_names(field.sbp_list, name)
-            batch[name] = (field.tensor if mixed is None else mixed[name]).to_global(sbp=sbp[name], placement=stage0)
+            batch[name] = (field.tensor if mixed is None else mixed[name]).to_global(sbp=targets[name][1],
+                                                                                   placement=stage0)
         if global_mixup is not None:
             batch["images"], batch["labels"] = global_mixup(batch["images"], batch["labels"], step)
         for name, tensor in batch.items():
+            placement, sbp = targets[name]
             if global_mixup is not None:
-                tensor = tensor.to_global(sbp=sbp[name], placement=stage0)
-            batch[name] = tensor if targets[name] == stage0 else tensor.to_global(sbp=sbp[name],
-                                                                                 placement=targets[name])
+                tensor = tensor.to_global(sbp=sbp, placement=stage0)
+            batch[name] = tensor if placement == stage0 else tensor.to_global(sbp=sbp, placement=placement)
         if micro_batches > 1:
             data._global = batch
     if micro_batches > 1:
@@ -138,3 +171,95 @@ def micro_rows(tensor, micro, micro_batches):
     rows = tensor.shape[0] // (blocks * micro_batches)
     shaped = tensor.reshape(blocks, micro_batches, rows, *tensor.shape[1:])
     return shaped[:, micro].reshape(blocks * rows, *tensor.shape[1:])
+
+
+_LAYOUT_BYTES = 8192
+
+
+def on_stage0():
+    return flow.env.get_rank() in dist.get_layer_placement(0).ranks.flatten().tolist()
+
+
+def stage0_only_loading(cfg):
+    """Whether the train loader reads on stage 0 only (``train.stage0_only_loading``, on by default, under pipeline
+    parallelism)."""
+    return bool(try_get_key(cfg, "train.stage0_only_loading", default=True)) and \
+        dist.get_dist_util().pipeline_parallel_size > 1
+
+
+class Stage0OnlyLoader:
+    """Wraps a train loader; on ranks outside stage 0 it never iterates it."""
+
+    def __init__(self, loader):
+        self.loader = loader
+        self.dataset = loader.dataset  # LiBai sizes epochs from len(dataset)
+        self.reads_data = on_stage0()
+        # Every rank keeps it: the trainer passes it back to get_batch, where a global mixup
+        # needs it on every rank (a local one changes nothing the placeholders send).
+        self.mixup_func = getattr(loader, "mixup_func", None)
+        self.layout = None
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self):
+        batches = iter(self.loader) if self.reads_data else None
+        while True:
+            batch = layout = None
+            if batches is not None:
+                batch = next(batches, None)
+                if batch is None:
+                    return
+                if not isinstance(batch, _WORKER_ERROR):  # (a loader worker's error: get_batch raises it)
+                    layout = {}
+                    for name, field in batch.get_fields().items():
+                        if not isinstance(field, DistTensorData) or not isinstance(field.tensor, flow.Tensor):
+                            check_fields(batch)
+                        tensor = field.tensor
+                        layout[name] = {"shape": list(tensor.shape), "dtype": str(tensor.dtype),
+                                        "device": tensor.device.type, "sbp_list": list(field.sbp_list),
+                                        "placement_idx": field.placement_idx}
+                    if self.layout is not None and layout != self.layout:
+                        raise ValueError("stage-0-only loading needs fixed batch shapes; set "
+                                         "train.stage0_only_loading=False for this data pipeline")
+            if self.layout is None:
+                self.layout = broadcast_from_rank0(layout)
+                if self.layout is None:
+                    raise RuntimeError("stage-0-only loading: rank 0 could not read its first batch (its error is "
+                                       "in rank 0's log)")
+            yield batch if self.reads_data else Instance(**{
+                name: DistTensorData(placeholder(spec), sbp_list=spec["sbp_list"], placement_idx=spec["placement_idx"])
+                for name, spec in self.layout.items()})
+
+
+def placeholder(spec):
+    """A local tensor of zeros of a field's layout, on the device stage 0's tensor was on (zeros: a local
+    mixup reads class ids from it).
+
+    LiBai's loaders yield CPU tensors, which ``to_global`` copies onto a CUDA placement itself;
+    a dataset that yields CUDA tensors gets CUDA placeholders, so every rank hands ``to_global``
+    the same kind of tensor.
+    """
+    return flow.zeros(spec["shape"], dtype=_dtype(spec["dtype"]), device=spec["device"])
+
+
+def _dtype(name):
+    return getattr(flow, name.rsplit(".", 1)[-1])
+
+
+def broadcast_from_rank0(value):
+    """A JSON-able ``value`` from rank 0, returned on every rank (one small broadcast).
+
+    On CPU placements on every host, deliberately: the bytes are made and read on the host
+    (JSON), once per run; a CUDA placement would only add a copy to the device and back.
+    """
+    buffer = np.zeros(_LAYOUT_BYTES, dtype=np.uint8)
+    if flow.env.get_rank() == 0:
+        encoded = json.dumps(value).encode()
+        if len(encoded) > _LAYOUT_BYTES:
+            raise ValueError(f"batch layout takes {len(encoded)} bytes, more than {_LAYOUT_BYTES}")
+        buffer[:len(encoded)] = np.frombuffer(encoded, dtype=np.uint8)
+    local = flow.tensor(buffer)
+    on_rank0 = local.to_global(placement=flow.placement("cpu", [0]), sbp=flow.sbp.broadcast)
+    everywhere = on_rank0.to_global(placement=flow.env.all_device_placement("cpu"), sbp=flow.sbp.broadcast)
+    return json.loads(everywhere.to_local().numpy().tobytes().rstrip(b"\0").decode())

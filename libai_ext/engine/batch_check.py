@@ -21,8 +21,7 @@ from libai.utils import distributed as dist
 from ..compat import get_batch_api, libai_line
 from ..compat.layout import layout_coordinates
 from ..random.global_mixup import split_mixup
-from .batch import apply_mixup, check_fields, reraise_worker_error
-from .stage0_loading import stage0_only_loading
+from .batch import apply_mixup, check_fields, reraise_worker_error, stage0_only_loading
 from .trainer import ConsistentBatchTrainer
 
 BATCH_CHECK_MODES = ("off", "first", "every")

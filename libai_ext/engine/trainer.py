@@ -9,7 +9,7 @@ from libai.utils import distributed as dist
 
 from ..checkpoint.committed import use_committed_checkpoints, with_committed_retention
 from ..checkpoint.resume import choose_resume_checkpoint, continue_finished_run, load_checkpoint_or_weights
-from ..compat import get_batch_api, graph_proxy_v0_1, patching, vocab_padding
+from ..compat import detect, get_batch_api, graph_proxy_v0_1, patching, vocab_padding
 from ..compat.layout import placement_data_parallel_rank
 from ..compat.pipeline_stages import explain_mixed_stages
 from ..data.position import KEY as DATA_POSITION
@@ -17,12 +17,11 @@ from ..lifetime.preemption import evaluate_interruptibly, preemptible
 from ..lifetime.startup import start_rank
 from ..random import DEFAULT_RANDOMNESS, preserved_rng_state
 from ..random.draws import current_step, drawing_step
-from .batch import consistent_batch
 from .global_loader import layout_invariant, order_train_loaders, use_global_test_order, wants_global_order
 from .graph import check_graph_config, feed_step, log_mask_path
 from .model_work import check_trained, model_work, wrap_build_model
 from .hooks import RawLossWriter
-from .stage0_loading import Stage0OnlyLoader, stage0_only_loading
+from .batch import Stage0OnlyLoader, consistent_batch, stage0_only_loading
 from .step_batches import StepBatchLoader
 from .step_schedule import per_optimizer_step, step_scheduler
 
@@ -125,7 +124,15 @@ class ConsistentBatchTrainer(DefaultTrainer):
     def run_step(self):
         # get_batch is a classmethod LiBai calls without the iteration: hand it over here, and
         # tell the stochastic layers which draw of which step this is (libai_ext.random.draws).
-        with drawing_step(**self._draw_position()):
+        # In eager mode LiBai counts micro-steps (train_iter is multiplied by the accumulation); a graph takes a
+        # whole step per call and numbers its micro-batches itself.
+        accumulation, layout = self._step_layout
+        if accumulation is None:
+            position = dict(step=self.iter, **layout)
+        else:
+            position = dict(step=self.iter // accumulation, micro=self.iter % accumulation,
+                            micro_batches=accumulation, **layout)
+        with drawing_step(**position):
             try:
                 if self._legacy_step:
                     self._run_legacy_step()
@@ -158,15 +165,6 @@ class ConsistentBatchTrainer(DefaultTrainer):
         if try_get_key(self.cfg, "graph.enabled", default=False):
             return None, batch  # GraphBase numbers the micro-batches
         return int(try_get_key(self.cfg, "train.num_accumulation_steps", default=1) or 1), batch
-
-    def _draw_position(self):
-        """The global step and micro-batch of this iteration: in eager mode LiBai counts micro-steps
-        (``train_iter`` is multiplied by the accumulation), a graph takes a whole step per call."""
-        accumulation, batch = self._step_layout
-        if accumulation is None:
-            return dict(step=self.iter, **batch)
-        return dict(step=self.iter // accumulation, micro=self.iter % accumulation, micro_batches=accumulation,
-                    **batch)
 
     @classmethod
     def build_tokenizer(cls, cfg):
@@ -207,16 +205,18 @@ class ConsistentBatchTrainer(DefaultTrainer):
 
         return evaluate_interruptibly(evaluate, test_loaders, model)
 
-    @classmethod
-    def get_batch(cls, data, *args, **kwargs):
-        """Every field global on stage 0 first, then on its own stage.
-
-        Takes the installed LiBai's arguments: ``(data, mixup_func=None)`` on 0.1.1,
-        ``(data, input_placement_device="cuda", mixup_func=None)`` on main, where the
-        device is honoured as main's stock does (mixup and placements on that device).
-        """
-        device_type, mixup_func = get_batch_api.split_arguments(args, kwargs)
-        return consistent_batch(data, mixup_func, device_type, current_step())
+    # get_batch takes the installed LiBai's arguments: ``(data, mixup_func=None)`` on 0.1.1, ``(data,
+    # input_placement_device, mixup_func=None)`` on main, whose device is honoured as main's stock does (mixup and
+    # placements on that device; None: the layout's).  Every field is made global on stage 0 first, then on its own
+    # stage (``engine.batch.consistent_batch``), keyed by the step ``run_step`` set.
+    if detect.get_batch_takes_device():
+        @classmethod
+        def get_batch(cls, data, input_placement_device=None, mixup_func=None):
+            return consistent_batch(data, mixup_func, input_placement_device, current_step())
+    else:
+        @classmethod
+        def get_batch(cls, data, mixup_func=None):
+            return consistent_batch(data, mixup_func, None, current_step())
 
     @classmethod
     def build_train_loader(cls, cfg, tokenizer=None):

@@ -34,7 +34,8 @@ class UnkeyedAugmentationError(RuntimeError):
 
 
 class AugmentationCheck:
-    """When to check (``due``) and what to do about a difference (``action``)."""
+    """When to check (``first_batches``, then every ``period``-th batch; ``KeyedAugmentation._verify`` counts the
+    ``reads``) and what to do about a difference (``action``)."""
 
     def __init__(self, action=DEFAULTS["action"], first_batches=DEFAULTS["first_batches"],
                  period=DEFAULTS["period"]):
@@ -54,11 +55,6 @@ class AugmentationCheck:
         values = {name: try_get_key(cfg, f"{KEY}.{name}", default=default) for name, default in DEFAULTS.items()}
         check = cls(**values)
         return None if check.action == "off" else check
-
-    def due(self):
-        """Whether the batch being read now is one to check (counts the read)."""
-        read, self.reads = self.reads, self.reads + 1
-        return read < self.first_batches or (self.period > 0 and (read - self.first_batches + 1) % self.period == 0)
 
     def verify(self, keyed, batch, epoch, samples, oneflow):
         """Read one sample of ``batch`` again after disturbing every generator; act on a difference."""

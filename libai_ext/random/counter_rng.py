@@ -13,7 +13,7 @@ into a 1-byte mask: eager ranks hash their slice with local ops in row chunks (`
 loop, ``nn.Graph`` traces global ops (``counter_bits`` with a placement). Under gradient accumulation a micro-batch's
 rows are numbered by their place in the step's global batch (``global_index.StepRows``).
 
-Keys, all from ``keys.key``: ``derive_keys`` for one-off draws (initial weights), ``call_keys`` for a layer's draw
+Keys, all from ``draws.key``: ``derive_keys`` for one-off draws (initial weights), ``call_keys`` for a layer's draw
 ``(step, call)`` from the step's key (host ints for eager layers, an input tensor inside a graph: the same bits).
 """
 import functools
@@ -25,7 +25,7 @@ import oneflow as flow
 from . import counter_spec, global_index
 from .counter_spec import HI_MULTIPLIERS, KEY_WORDS, to_signed
 from .global_index import StepRows
-from .keys import key_words, step_key
+from .draws import key_words, step_key
 
 try:  # built by `pip install` where a C compiler exists (setup.py); the int32 ops otherwise
     from . import _counter_kernel

@@ -1,10 +1,16 @@
-"""The step object: the state of one training micro-step that every draw of it is keyed by.
+"""The step object, the state of one training micro-step, and the one key function every draw derives its key from.
 
 A ``Step`` holds the seed and mode (``train.seed``, ``train.randomness``), the global optimizer step, the micro-batch
 ``micro`` of ``micro_batches`` and the layout (``data_parallel``, ``data_parallel_rank``, ``batch_rows`` of a
-micro-batch's global batch). A draw's keys derive from its ``hashed`` step key (``keys.step_key``), the stream's words
-and the call (``Step.draw``), so step ``t``'s masks are the same on every layout and a resume draws them again
-(docs/randomness.md).
+micro-batch's global batch). A draw's keys derive from its ``hashed`` step key (``step_key``), the stream's words and
+the call (``Step.next_call``; ``counter_rng.call_keys``), so step ``t``'s masks are the same on every layout and a
+resume draws them again (docs/randomness.md).
+
+``key(seed, what, counters...)`` is blake2b of the words' ``repr``, as many bits as the draw needs, so two draws share
+a key only when they name the same words. It keys the data order (``global_order``: ``key(seed, "order", epoch)``), a
+sample's and a batch's ``collate_fn`` seeds (``keyed_dataset``), a step's mixup (``global_mixup``), the counter hash's
+words and the step key a layer's draw derives from (``counter_rng``, ``step_key``), the "fast" mode's shard generators
+(``shard_rng``) and the per-scope seeds (``seeding``).
 
 ``ConsistentBatchTrainer.run_step`` passes the step to ``get_batch`` (mixup); a forward cannot take it, so while the
 step runs it is the current one (``drawing_step``, ``current_step``): a layer's ``j``-th call draws ``(step, j)``,
@@ -13,11 +19,10 @@ calls (the ``c``-th draws ``(c, 0)``). Inside ``nn.Graph`` the step key and micr
 (``libai_ext.random.layers.graph_calls``).
 """
 import contextlib
+import hashlib
 import itertools
 
 from . import modes
-from .counter_rng import call_keys, stream_words
-from .keys import step_key
 from .global_index import StepRows
 
 _tokens = itertools.count()
@@ -51,12 +56,6 @@ class Step:
         self._calls[owner] = call + 1
         return call
 
-    def draw(self, owner, stream):
-        """``(call, keys)`` of ``owner``'s next draw from ``stream``."""
-        call = self._calls.get(owner, 0)  # (``next_call``, inlined: every eager mask asks)
-        self._calls[owner] = call + 1
-        return call, call_keys(stream_words(self.seed, stream), self.hashed, call)
-
 
 @contextlib.contextmanager
 def drawing_step(step, micro=0, micro_batches=1, data_parallel=1, batch_rows=None, data_parallel_rank=0):
@@ -87,3 +86,29 @@ class CallCounter:
             self._own_calls += 1
             return self._own_calls - 1, 0, None
         return step.step, step.next_call(self), step
+
+
+_MAX_BITS = 8 * hashlib.blake2b().digest_size
+
+
+def key(*words, bits=64):
+    """A non-negative int of ``bits`` bits (a multiple of 8, at most 512) from any words with a stable ``repr``
+    (ints, strings, tuples of them)."""
+    if bits % 8 or not 8 <= bits <= _MAX_BITS:
+        raise ValueError(f"a key has a multiple of 8 bits, 8 to {_MAX_BITS}; got {bits}")
+    digest = hashlib.blake2b(repr(words).encode(), digest_size=bits // 8).digest()
+    return int.from_bytes(digest, "little")
+
+
+def key_words(*words, count, bits=32):
+    """``count`` words of ``bits`` bits each, from one ``key`` of ``count * bits`` bits (least significant first)."""
+    value, mask = key(*words, bits=count * bits), (1 << bits) - 1
+    return [(value >> (bits * i)) & mask for i in range(count)]
+
+
+def step_key(seed, step):
+    """The step's key: two odd words of ``key(seed, "step", step)`` as signed int32, from which every draw of the
+    step derives its counter keys ``C`` and ``a`` (``counter_rng.call_keys``; a graph takes them as an input)."""
+    value = key(int(seed), "step", int(step))
+    low, high = (value | 1) & 0xFFFFFFFF, ((value >> 32) | 1) & 0xFFFFFFFF  # (no helper: made at every micro-step)
+    return low - (low >> 31 << 32), high - (high >> 31 << 32)

@@ -18,7 +18,7 @@ import oneflow as flow
 
 from . import counter_spec, global_index, modes
 from .counter_rng import call_keys, counter_bits, local_counter_bits, stream_words, unit_closed_open, unit_open
-from .keys import step_key
+from .draws import step_key
 from .global_index import StepRows, replicated, shard_box
 from .devices import own_cuda_device
 from .shard_rng import shard_coordinates, shard_generator

@@ -17,7 +17,7 @@ import oneflow as flow
 from flowvision.data import Mixup
 
 from . import draws, modes
-from .keys import key
+from .draws import key
 
 MIXUP_KEY = "dataloader.train.mixup_func"
 
@@ -95,13 +95,6 @@ def mixup_options(mixup):
     return options
 
 
-def step_generator(seed, step):
-    """The generator of training step ``step``: a function of (seed, step) only (its ``keys.key``)."""
-    if step < 0:
-        raise ValueError(f"mixup step must be >= 0, got {step}")
-    return np.random.Generator(np.random.PCG64(key(int(seed), "mixup", int(step), bits=128)))
-
-
 def _lam_box(rng, lam, h, w):
     # A square-ratio box around a uniform centre, clipped to the image (flowvision's rand_bbox, margin 0).
     ratio = np.sqrt(1.0 - lam)
@@ -130,8 +123,11 @@ def _cutmix(rng, options, lam, h, w):
 
 
 def draw_mix(options, seed, step, image_hw):
-    """The decision for the global batch of training step ``step`` (images ``image_hw`` = (H, W))."""
-    rng = step_generator(seed, step)
+    """The decision for the global batch of training step ``step`` (images ``image_hw`` = (H, W)), drawn from a
+    generator that is a function of (seed, step) only (its ``draws.key``)."""
+    if step < 0:
+        raise ValueError(f"mixup step must be >= 0, got {step}")
+    rng = np.random.Generator(np.random.PCG64(key(int(seed), "mixup", int(step), bits=128)))
     if not options.enabled or rng.random() >= options.prob:
         return MixDraw(1.0)
     if options.mixup_alpha > 0.0 and options.cutmix_alpha > 0.0:
@@ -185,31 +181,32 @@ class GlobalMixup:
 
     def __call__(self, images, labels, step=None):
         """Mixed global ``images`` and soft ``labels`` (float, ``[B, num_classes]``) of one step: ``step`` a
-        ``draws.Step`` (its seed and step), an int (with the layers' seed), or None (the current step)."""
-        check_batch(images, labels)
+        ``draws.Step`` (its seed and step), an int (with the layers' seed), or None (the current step).  Images mix
+        as flowvision's batch mix does, with the global batch's flip as every sample's partner."""
+        if images.ndim < 3 or images.shape[0] % 2:
+            raise ValueError(f"{MIXUP_KEY}: batch mixup needs images [B, ..., H, W] with an even global batch B, "
+                             f"got {tuple(images.shape)}")
+        if labels.ndim != 1 or labels.shape[0] != images.shape[0]:
+            raise ValueError(f"{MIXUP_KEY}: batch mixup needs one class id per image, got labels "
+                             f"{tuple(labels.shape)} for images {tuple(images.shape)}")
         step = current_step() if step is None else step
         seed, step = (step.seed, step.step) if isinstance(step, draws.Step) else (modes.layer_seed(), step)
         draw = draw_mix(self.options, seed, step, tuple(images.shape[-2:]))
-        return mix_images(images, draw), soft_targets(labels, draw.lam, self.options)
-
-
-def check_batch(images, labels):
-    if images.ndim < 3 or images.shape[0] % 2:
-        raise ValueError(f"{MIXUP_KEY}: batch mixup needs images [B, ..., H, W] with an even global batch B, "
-                         f"got {tuple(images.shape)}")
-    if labels.ndim != 1 or labels.shape[0] != images.shape[0]:
-        raise ValueError(f"{MIXUP_KEY}: batch mixup needs one class id per image, got labels "
-                         f"{tuple(labels.shape)} for images {tuple(images.shape)}")
-
-
-def mix_images(images, draw):
-    """flowvision's batch mix, with the global batch's flip as every sample's partner."""
-    if not draw.mixes:
-        return images
-    partners = flow.flip(images, [0])
-    if draw.use_cutmix:
-        return flow.where(_box_mask(images, draw.box), partners, images)
-    return images * draw.lam + partners * (1.0 - draw.lam)
+        if draw.lam != 1.0:
+            partners = flow.flip(images, [0])
+            if draw.use_cutmix:
+                images = flow.where(_box_mask(images, draw.box), partners, images)
+            else:
+                images = images * draw.lam + partners * (1.0 - draw.lam)
+        # Soft labels: smoothed one-hot rows mixed with the flipped batch's, as flowvision's ``mixup_target``.
+        options = self.options
+        off = options.label_smoothing / options.num_classes
+        on = 1.0 - options.label_smoothing + off
+        classes = flow.arange(options.num_classes, dtype=labels.dtype, placement=labels.placement,
+                              sbp=[flow.sbp.broadcast] * len(labels.sbp)).unsqueeze(0)
+        own = flow.where(labels.unsqueeze(1) == classes, on, off)
+        partners = flow.where(flow.flip(labels, [0]).unsqueeze(1) == classes, on, off)
+        return images, own * draw.lam + partners * (1.0 - draw.lam)
 
 
 def _box_mask(images, box):
@@ -220,19 +217,6 @@ def _box_mask(images, box):
     mask[..., yl:yh, xl:xh] = True
     replicated = [flow.sbp.broadcast] * len(images.sbp)
     return flow.tensor(mask, placement=images.placement, sbp=replicated)
-
-
-def _one_hot(labels, options):
-    off = options.label_smoothing / options.num_classes
-    on = 1.0 - options.label_smoothing + off
-    classes = flow.arange(options.num_classes, dtype=labels.dtype, placement=labels.placement,
-                          sbp=[flow.sbp.broadcast] * len(labels.sbp))
-    return flow.where(labels.unsqueeze(1) == classes.unsqueeze(0), on, off)
-
-
-def soft_targets(labels, lam, options):
-    """Smoothed one-hot rows mixed with the flipped batch's, as flowvision's ``mixup_target``."""
-    return _one_hot(labels, options) * lam + _one_hot(flow.flip(labels, [0]), options) * (1.0 - lam)
 
 
 def split_mixup(mixup_func, randomness=None):

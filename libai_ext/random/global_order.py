@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 from oneflow.utils.data import Sampler
 
-from .keys import key_words
+from .draws import key_words
 
 
 ROUNDS = 6  # Luby-Rackoff: 4 rounds of a random function already give a pseudo-random permutation
@@ -34,18 +34,8 @@ _MIX_2 = np.uint64(0x94D049BB133111EB)
 _SHIFTS = tuple(np.uint64(s) for s in (30, 27, 31))
 
 
-def _mix(x):
-    """SplitMix64's finaliser on a uint64 array (a fresh array; ``x`` is left alone)."""
-    x = x ^ (x >> _SHIFTS[0])
-    x *= _MIX_1
-    x ^= x >> _SHIFTS[1]
-    x *= _MIX_2
-    x ^= x >> _SHIFTS[2]
-    return x
-
-
 class IndexShuffle:
-    """The permutation of ``range(size)`` that ``key`` (a sequence of words for ``keys.key``) names."""
+    """The permutation of ``range(size)`` that ``key`` (a sequence of words for ``draws.key``) names."""
 
     def __init__(self, size, key):
         size = int(size)
@@ -62,18 +52,21 @@ class IndexShuffle:
         positions = np.asarray(positions, dtype=np.int64)
         if positions.size and (positions.min() < 0 or positions.max() >= self.size):
             raise IndexError(f"positions must lie in [0, {self.size}); got [{positions.min()}, {positions.max()}]")
-        out = self._encipher(positions.astype(np.uint64))
-        outside = np.flatnonzero(out >= self.size)
-        while outside.size:
-            out[outside] = self._encipher(out[outside])
-            outside = outside[out[outside] >= self.size]
-        return out.astype(np.int64)
-
-    def _encipher(self, x):
-        left, right = x >> self.half, x & self.mask
-        for round_key in self.round_keys:
-            left, right = right, left ^ (_mix(right ^ round_key) & self.mask)
-        return (left << self.half) | right
+        out = positions.astype(np.uint64).reshape(-1)
+        walking = np.arange(out.size)  # enciphered again while outside [0, size): cycle walking
+        while walking.size:
+            left, right = out[walking] >> self.half, out[walking] & self.mask
+            for round_key in self.round_keys:  # the round function: SplitMix64's finaliser of right ^ round_key
+                x = right ^ round_key
+                x ^= x >> _SHIFTS[0]
+                x *= _MIX_1
+                x ^= x >> _SHIFTS[1]
+                x *= _MIX_2
+                x ^= x >> _SHIFTS[2]
+                left, right = right, left ^ (x & self.mask)
+            out[walking] = (left << self.half) | right
+            walking = walking[out[walking] >= self.size]
+        return out.astype(np.int64).reshape(positions.shape)
 
 
 def epoch_order(seed, epoch, size):
@@ -185,32 +178,26 @@ class GlobalOrderBatchSampler(Sampler):
         return OrderPosition(epoch, step_start, batch, step, consumed)
 
     def batch_position(self, position):
-        """Where this rank's batch at ``position`` lies (no index computed)."""
-        first = self._micro_start(0 if self.whole_step else position.batch)
+        """Where this rank's batch at ``position`` lies (no index computed): its first row is the first of
+        micro-batch ``m`` (0 for a whole step's batch), at ``(m * dp + rank) * micro`` in the step."""
+        micro = 0 if self.whole_step else position.batch
+        first = (micro * self.data_parallel_size + self.data_parallel_rank) * self.micro_batch_size
         return BatchPosition(position.epoch, position.step, position.batch, first, self.batch_size)
 
-    def _micro_start(self, micro):
-        """The position in the step of this rank's first row of micro-batch ``micro``."""
-        return (micro * self.data_parallel_size + self.data_parallel_rank) * self.micro_batch_size
-
     def step_positions(self, micro_step):
-        """The positions in the step of the rows of this rank's ``micro_step``-th batch of a step."""
-        micros = range(self.num_accumulation_steps) if self.whole_step else [micro_step]
-        rows = np.arange(self.micro_batch_size)
-        return np.concatenate([self._micro_start(m) + rows for m in micros])
+        """The positions in the step of the rows of this rank's ``micro_step``-th batch of a step (``batch_position``'s
+        first row of each micro-batch it holds, onwards)."""
+        micros = np.arange(self.num_accumulation_steps) if self.whole_step else np.array([micro_step])
+        starts = (micros * self.data_parallel_size + self.data_parallel_rank) * self.micro_batch_size
+        return (starts[:, None] + np.arange(self.micro_batch_size)).reshape(-1)
 
     def batch_at(self, position):
-        """This rank's ``EpochBatch`` at ``position``."""
-        where = self.batch_position(position)
-        indices = self.order(position.epoch)(position.step_start + self.step_positions(position.batch))
-        return EpochBatch(indices.tolist(), *where[:4])
-
-    def order(self, epoch):
-        """``epoch``'s order: positions -> dataset indices (the last epoch's is kept)."""
-        if self._order is None or self._order[0] != epoch:
-            order = epoch_order(self.seed, epoch, self.data_size) if self.shuffle else _unshuffled
-            self._order = (epoch, order)
-        return self._order[1]
+        """This rank's ``EpochBatch`` at ``position``, from ``position.epoch``'s order (the last epoch's is kept)."""
+        if self._order is None or self._order[0] != position.epoch:
+            order = epoch_order(self.seed, position.epoch, self.data_size) if self.shuffle else _unshuffled
+            self._order = (position.epoch, order)
+        indices = self._order[1](position.step_start + self.step_positions(position.batch))
+        return EpochBatch(indices.tolist(), *self.batch_position(position)[:4])
 
     def __iter__(self):
         prefetched = None

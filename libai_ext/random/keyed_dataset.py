@@ -15,9 +15,9 @@ is unused, so any draw regenerates it); that wait is paid on every batch in load
 first batch in the main process.  With a ``check`` (``random.augmentation_check``) such a draw is refused by
 name, and on the batches the check is due on one sample is read again after every generator was disturbed.
 
-Seeds and streams (``seed_streams``, ``keyed_streams``, ``seed_batch_streams``, ``owned_generator_seed``): python
-``random``, numpy's global stream and OneFlow's CPU generator, all three of which flowvision 0.1.0's transforms
-draw from.  ``draws_in_call_order``: on local rank ``r > 0`` OneFlow's factory ops run on ``cpu:r`` and
+Seeds and streams (``seed_streams``, ``keyed_streams``, ``owned_generator_seed``, a batch's ``collate_fn``
+seeds): python ``random``, numpy's global stream and OneFlow's CPU generator, all three of which flowvision
+0.1.0's transforms draw from.  ``draws_in_call_order``: on local rank ``r > 0`` OneFlow's factory ops run on ``cpu:r`` and
 ``flow.empty`` on ``cpu:0``, two streams sharing one generator (docs/upstream-bugs.md §30), so each keyed draw
 first waits for the rank's queued work and draws read the generator in the order Python calls them, as on 1 rank.
 OneFlow 0.9.0's saved CPU generator state omits the position within its 624-word block, so the caller's OneFlow
@@ -33,7 +33,7 @@ from oneflow.utils.data import Dataset, get_worker_info
 
 from . import oneflow_draws
 from .devices import own_cuda_device, own_cuda_generator
-from .keys import key
+from .draws import key
 from .oneflow_draws import finish_queued_draws
 
 logger = logging.getLogger(__name__)
@@ -41,26 +41,15 @@ _DREW_FROM_ONEFLOW = object()  # a read that drew from OneFlow's generator unkey
 
 
 def sample_seeds(seed, epoch, index):
-    """``(python, numpy, oneflow)`` seeds of one sample: unrelated for neighbouring keys."""
-    return _three_seeds(key(int(seed), int(epoch), int(index), bits=128))
-
-
-def _three_seeds(value):
-    numpy_seed = value & 0xFFFFFFFF  # the legacy RandomState takes 32 bits
-    oneflow_seed = (value >> 64) >> 1  # OneFlow wants a non-negative int64
-    return value, numpy_seed, oneflow_seed
+    """``(python, numpy, oneflow)`` seeds of one sample, those ``seed_streams`` sets: unrelated for neighbouring
+    keys."""
+    value = key(int(seed), int(epoch), int(index), bits=128)
+    return value, value & 0xFFFFFFFF, (value >> 64) >> 1
 
 
 def seed_streams(seed, epoch, index, oneflow=True):
     """Seed python, numpy's global stream and (``oneflow``) OneFlow's CPU generator for one sample."""
-    _seed_three(*sample_seeds(seed, epoch, index), oneflow=oneflow)
-
-
-def seed_batch_streams(seed, epoch, step, first_position, oneflow=True):
-    """Seed the three streams for the ``collate_fn`` of one batch: this rank's batch that starts at
-    ``first_position`` of the global batch of ``step``."""
-    _seed_three(*_three_seeds(key("collate", int(seed), int(epoch), int(step), int(first_position), bits=128)),
-                oneflow=oneflow)
+    _seed_three(key(int(seed), int(epoch), int(index), bits=128), oneflow=oneflow)
 
 
 def owned_generator_seed(seed, epoch, index, path):
@@ -68,12 +57,14 @@ def owned_generator_seed(seed, epoch, index, path):
     return key("owned", int(seed), int(epoch), int(index), str(path)) >> 1
 
 
-def _seed_three(python_seed, numpy_seed, oneflow_seed, oneflow=True):
-    random.seed(python_seed)
-    np.random.seed(numpy_seed)
+def _seed_three(value, oneflow=True):
+    """Seed the three streams from a 128-bit key ``value``: python with all of it, numpy's legacy stream with its
+    low 32 bits, OneFlow with a non-negative int64 from its high half."""
+    random.seed(value)
+    np.random.seed(value & 0xFFFFFFFF)
     if oneflow:
         finish_queued_draws(only_after_draws=True)  # the previous sample's draws are its own
-        flow.default_generator.manual_seed(oneflow_seed)
+        flow.default_generator.manual_seed((value >> 64) >> 1)
 
 
 _PROBE_SEED = 0x6B65796564  # any fixed seed: the state right after seeding it is what "no draw" looks like
@@ -99,23 +90,26 @@ def oneflow_untouched_since_probe():
 
 @contextlib.contextmanager
 def oneflow_draws_heard(keep_caller_stream=True):
-    """Within: a ``oneflow_draws.DrawWatch`` (``.drew``) told of every call that reaches OneFlow's own random
-    ops through libai_ext's wrappers, at the call: nothing waits for the rank's queued work while nothing
-    draws.  ``keep_caller_stream``: OneFlow's CPU generator is saved right before the first such draw runs
-    (one wait, then) and put back on leaving, so a discarded read advances nothing the caller draws."""
-    saved = []
+    """Within: a list of the names of the calls that reach OneFlow's own random ops through libai_ext's wrappers
+    (``oneflow_draws.listeners``), told at the call: nothing waits for the rank's queued work while nothing draws.
+    ``keep_caller_stream``: OneFlow's CPU generator is saved right before the first such draw runs (one wait,
+    then) and put back on leaving, so a discarded read advances nothing the caller draws."""
+    heard, saved = [], []
 
-    def save():
-        finish_queued_draws()
-        saved.append(flow.default_generator.get_state())
+    def listener(name):
+        if keep_caller_stream and not heard:
+            finish_queued_draws()
+            saved.append(flow.default_generator.get_state())
+        heard.append(name)
 
-    with oneflow_draws.listening(save if keep_caller_stream else None) as watch:
-        try:
-            yield watch
-        finally:
-            if saved:
-                finish_queued_draws()
-                flow.default_generator.set_state(saved[0])
+    oneflow_draws.listeners.append(listener)
+    try:
+        yield heard
+    finally:
+        oneflow_draws.listeners.remove(listener)
+        if saved:
+            finish_queued_draws()
+            flow.default_generator.set_state(saved[0])
 
 
 def finish_queued_work():
@@ -127,9 +121,15 @@ def finish_queued_work():
 def draws_in_call_order():
     """Within: every call that reaches OneFlow's own random ops through libai_ext's wrappers first waits for
     the rank's queued work (see the module's doc), so the draws read OneFlow's CPU generator in call order
-    whichever streams run them.  Yields the ``oneflow_draws.DrawWatch``."""
-    with oneflow_draws.listening(before_each=finish_queued_work) as watch:
-        yield watch
+    whichever streams run them."""
+    def listener(name):
+        finish_queued_work()
+
+    oneflow_draws.listeners.append(listener)
+    try:
+        yield
+    finally:
+        oneflow_draws.listeners.remove(listener)
 
 
 class KeyedDrawOnGPU(RuntimeError):
@@ -214,19 +214,27 @@ class KeyedAugmentation(Dataset):
                 return result
             self.draws_from_oneflow = True
         with preserved_streams(oneflow=True), draws_in_call_order():
-            samples = self._keyed_samples(batch, epoch, oneflow=True)
+            samples = []
+            for index in batch:
+                samples.append(self._read(epoch, index, oneflow=True))
             self._verify(batch, epoch, samples, oneflow=True)
             return self._collate(samples, batch, epoch, oneflow=True)
 
     def _read_unless_it_draws_from_oneflow(self, batch, epoch):
         """The batch with python and numpy keyed per sample, or ``_DREW_FROM_ONEFLOW`` where reading it drew
         from OneFlow's generator (the caller's OneFlow stream then as it was)."""
-        check_state = self._checks_generator_state(epoch)
+        # OneFlow's generator state is checked too in loader workers, and in the main process at each epoch's first
+        # batch (decided there: while the wrappers watch, the epoch's other batches rely on their reports).
+        check_state = get_worker_info() is not None or epoch != self._state_checked_epoch
+        if check_state and get_worker_info() is None and oneflow_draws.watching():
+            self._state_checked_epoch = epoch
         with preserved_streams(oneflow=check_state), oneflow_draws_heard(not check_state) as heard:
             if check_state:
                 seed_oneflow_probe()
-            samples = self._keyed_samples(batch, epoch, oneflow=False)
-            if heard.drew:
+            samples = []
+            for index in batch:
+                samples.append(self._read(epoch, index, oneflow=False))
+            if heard:
                 return _DREW_FROM_ONEFLOW
             if check_state and not oneflow_untouched_since_probe():
                 if self.check is not None and self.check.action == "refuse" and oneflow_draws.watching():
@@ -237,19 +245,10 @@ class KeyedAugmentation(Dataset):
             # dimension to that sample in place, which a read again would not match
             self._verify(batch, epoch, samples, oneflow=False)
             result = self._collate(samples, batch, epoch, oneflow=False)
-            if heard.drew:
+            if heard:
                 return _DREW_FROM_ONEFLOW
         self._reads_unchecked = 0 if check_state else self._reads_unchecked + 1
         return result
-
-    def _checks_generator_state(self, epoch):
-        """Whether this read also checks OneFlow's generator state (see the module's doc)."""
-        if get_worker_info() is not None or not oneflow_draws.watching():
-            return True
-        if epoch == self._state_checked_epoch:
-            return False
-        self._state_checked_epoch = epoch
-        return True
 
     def _warn_unreported_draw(self):
         if self._reads_unchecked:
@@ -262,23 +261,25 @@ class KeyedAugmentation(Dataset):
                 f"(dataloader.train.num_workers > 0: every batch is checked there at no cost), or call OneFlow's "
                 f"ops by their names.")
 
-    def _keyed_samples(self, batch, epoch, oneflow):
-        return [self._read(epoch, index, oneflow) for index in batch]
-
     def _verify(self, batch, epoch, samples, oneflow):
-        """The check by effect (``random.augmentation_check``) on the batches it is due on."""
-        if self.check is not None and samples and self.check.due():
-            self.check.verify(self, batch, epoch, samples, oneflow)
+        """The check by effect (``random.augmentation_check``) on the batches it is due on: the first
+        ``first_batches`` this process reads, then every ``period``-th."""
+        check = self.check
+        if check is None or not samples:
+            return
+        read, check.reads = check.reads, check.reads + 1
+        if read < check.first_batches or (check.period > 0 and (read - check.first_batches + 1) % check.period == 0):
+            check.verify(self, batch, epoch, samples, oneflow)
 
     def _collate(self, samples, batch, epoch, oneflow):
         if self.collate_fn is None:
             return samples
-        seed_batch_streams(self.seed, epoch, getattr(batch, "step", 0), getattr(batch, "first_position", 0),
-                           oneflow=oneflow)
+        _seed_three(key("collate", self.seed, int(epoch), int(getattr(batch, "step", 0)),
+                        int(getattr(batch, "first_position", 0)), bits=128), oneflow=oneflow)
         return self.collate_fn(samples)
 
     def _read(self, epoch, index, oneflow):
-        seed_streams(self.seed, epoch, index, oneflow=oneflow)
+        _seed_three(key(self.seed, int(epoch), int(index), bits=128), oneflow=oneflow)  # (``seed_streams``'s key)
         for site in self.owned_generators:
             site.reseed(self.dataset, owned_generator_seed(self.seed, epoch, index, site.path))
         return self.dataset[index]

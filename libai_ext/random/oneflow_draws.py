@@ -7,11 +7,10 @@ that reach one, and every name a loaded module bound to one at import (``rebind_
 that looks the names up when it runs meets the wrappers too; a reference taken before (a default argument, a
 closure) is left to ``random.layers.stochastic_ops``'s check of the first forward.
 
-A wrapper counts the draw (``draw_count``), tells the listeners of ``listening()`` (keyed augmentation: at the
-call, with no wait for queued work), then calls OneFlow's own op, except inside a model's forward or a graph's
+A wrapper counts the draw (``draw_count``), tells each of ``listeners`` the op's name (keyed augmentation's:
+at the call, with no wait for queued work), then calls OneFlow's own op, except inside a model's forward or a graph's
 trace, where it hands the call to the router ``random.layers.stochastic_ops`` installs (``set_router``).
 """
-import contextlib
 import sys
 
 import oneflow as flow
@@ -25,7 +24,7 @@ _router = None
 _lazy = flow._oneflow_internal.lazy_mode.is_enabled
 _wrappers = {}   # id(OneFlow's own) -> its wrapper
 _draws = 0
-_listeners = []  # DrawWatch objects of ``listening()``: told before a call reaches OneFlow's own op
+listeners = []  # callables given the op's name before a call (outside a forward) reaches OneFlow's own op
 _EXEMPT_MODULES = ("libai_ext.",)  # libai_ext calls OneFlow's own ops where it means to
 
 
@@ -49,8 +48,8 @@ def _wrapped(name, original):
         _draws += 1
         if _router is not None and (forwards or _lazy()):
             return _router(name, original, args, kwargs)
-        for watch in _listeners:
-            watch.heard(name)
+        for listener in listeners:
+            listener(name)
         return original(*args, **kwargs)
     draw.__name__ = draw.__qualname__ = name
     draw.__doc__, draw.__wrapped__ = original.__doc__, original
@@ -121,41 +120,6 @@ def watching():
 def originals():
     """``{id(OneFlow's own): name}`` of every wrapped op (the first forward's check looks for them)."""
     return {id(change.original): change.name for change in patching.changes(PATCH)}
-
-
-class DrawWatch:
-    """``drew``: whether a call reached one of OneFlow's own random ops through a wrapper while it listened
-    (the first one's name in ``first``, how many in ``count``); ``before_first()``, if given, runs right before
-    the first call's op, ``before_each()`` right before every call's op."""
-
-    def __init__(self, before_first=None, before_each=None):
-        self.first, self.count = None, 0
-        self._before_first, self._before_each = before_first, before_each
-
-    @property
-    def drew(self):
-        return self.first is not None
-
-    def heard(self, name):
-        self.count += 1
-        if self.first is None:
-            self.first = name
-            if self._before_first is not None:
-                self._before_first()
-        if self._before_each is not None:
-            self._before_each()
-
-
-@contextlib.contextmanager
-def listening(before_first=None, before_each=None):
-    """A ``DrawWatch`` told of every call that reaches OneFlow's own random ops while inside (in this process,
-    routed calls inside a forward excepted: they draw from keyed streams)."""
-    watch = DrawWatch(before_first, before_each)
-    _listeners.append(watch)
-    try:
-        yield watch
-    finally:
-        _listeners.remove(watch)
 
 
 def draw_count():

@@ -12,7 +12,7 @@ import oneflow as flow
 
 from ..compat.layout import placement_data_parallel_rank
 from .devices import seed_own_cuda_device
-from .keys import key
+from .draws import key
 from .modes import DEFAULT_RANDOMNESS, check_randomness, set_layer_seed
 
 _SEED_LIMIT = 2 ** 32  # numpy's legacy RandomState accepts seeds in [0, 2**32)

@@ -18,7 +18,7 @@ import oneflow as flow
 
 from .devices import own_cuda_device
 from .global_index import placement_coordinates
-from .keys import key
+from .draws import key
 
 _generators = {}  # (device, stream) -> flow.Generator, this process's
 

@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import libai_ext
 from libai_ext.compat.get_batch_api import call_get_batch
-from libai_ext.engine.stage0_loading import on_stage0  # noqa: F401 (re-exported for the rank scripts)
+from libai_ext.engine.batch import on_stage0  # noqa: F401 (re-exported for the rank scripts)
 from libai.utils import distributed as dist
 
 

@@ -14,7 +14,7 @@ import contextlib
 import numpy as np
 import oneflow as flow
 
-from ..keys import step_key
+from ..draws import step_key
 from ..draws import Step
 
 STEP_INPUT = "libai_ext_step"

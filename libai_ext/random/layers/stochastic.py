@@ -138,7 +138,8 @@ class _CounterStream(nn.Module):
         if x.is_lazy:
             return self._drop_traced(x, mask_shape, mask_sbp)
         step = draws._current or self._own_step()
-        call, keys = step.draw(self, self.stream)
+        call = step.next_call(self)
+        keys = call_keys(stream_words(step.seed, self.stream), step.hashed, call)
         if (self.randomness or step.mode) == "fast":
             return self._drop_native(x, step, call, mask_shape, mask_sbp)
         if runs_keyed_op(x, mask_shape):
