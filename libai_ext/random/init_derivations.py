@@ -110,7 +110,8 @@ class Derived:
 
     def compute(self, values_of):
         """The op on ``values_of(recipe)`` of every input (fresh tensors the caller may change)."""
-        result = self.fn(*_materialize(self.args, values_of), **_materialize(self.kwargs, values_of))
+        kwargs = {name: _materialize(value, values_of) for name, value in self.kwargs.items()}
+        result = self.fn(*_materialize(self.args, values_of), **kwargs)
         return result if self.index is None else result[self.index]
 
     def describe(self):
