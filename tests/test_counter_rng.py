@@ -68,7 +68,7 @@ def test_known_answers(keys, index, expected):
         got = local_counter_bits((2 ** 32,), (index,), (index + 1,), signed).numpy()[0]
     else:
         got = local_counter_bits((2 ** 41,), (index,), (index + 1,), signed).numpy()[0]
-    assert spec.to_unsigned(int(got)) == expected
+    assert int(got) & spec.MASK32 == expected
 
 
 @pytest.mark.parametrize("shape", [(7,), (64, 12), (4, 5, 6, 7), ()])

@@ -130,9 +130,6 @@ def local_counter_bits(shape, lo, hi, keys, device=None, rows=None, rotate=rotat
     return mix(x0, keys, high, rotate)
 
 
-shard_box = global_index.shard_box
-
-
 # ---- dropout masks: two elements from each word (counter_spec.keep) ---------------------------------
 
 # Temporaries one eager launch on a GPU may hold (the mask's chunks here, the apply step's in ``layers.stochastic``):

@@ -87,10 +87,6 @@ def to_signed(value):
     return value - (1 << 32) if value >= 1 << 31 else value
 
 
-def to_unsigned(value):
-    return value & MASK32
-
-
 # ---- dropout masks: two 16-bit elements per word -------------------------------------------------
 
 HALF = 1 << 16

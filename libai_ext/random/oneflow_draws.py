@@ -7,9 +7,10 @@ that reach one, and every name a loaded module bound to one at import (``rebind_
 that looks the names up when it runs meets the wrappers too; a reference taken before (a default argument, a
 closure) is left to ``random.layers.stochastic_ops``'s check of the first forward.
 
-A wrapper counts the draw (``draw_count``), tells each of ``listeners`` the op's name (keyed augmentation's:
-at the call, with no wait for queued work), then calls OneFlow's own op, except inside a model's forward or a graph's
-trace, where it hands the call to the router ``random.layers.stochastic_ops`` installs (``set_router``).
+A wrapper counts the draw (so ``finish_queued_draws`` knows whether any was made), tells each of ``listeners`` the
+op's name (keyed augmentation's: at the call, with no wait for queued work), then calls OneFlow's own op, except
+inside a model's forward or a graph's trace, where it hands the call to the router ``random.layers.stochastic_ops``
+installs (``set_router``).
 """
 import sys
 
@@ -120,11 +121,6 @@ def watching():
 def originals():
     """``{id(OneFlow's own): name}`` of every wrapped op (the first forward's check looks for them)."""
     return {id(change.original): change.name for change in patching.changes(PATCH)}
-
-
-def draw_count():
-    """OneFlow draws made in this process since it started watching."""
-    return _draws
 
 
 _draws_at_last_wait = -1

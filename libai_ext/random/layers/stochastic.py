@@ -19,7 +19,6 @@ zero, NaN for an infinite ``x``).  The scale is ``1.0f / (1.0f - rate)`` in floa
 """
 import functools
 import itertools
-import logging
 
 import numpy as np
 import oneflow as flow
@@ -31,8 +30,6 @@ from ..counter_rng import GPU_LAUNCH_BYTES, call_keys, keep_level, keep_mask, lo
 from ..global_index import mask_layout, replicated
 from ..shard_rng import local_device, shard_coordinates, shard_generator
 from . import graph_calls
-
-logger = logging.getLogger(__name__)
 
 _construction_order = itertools.count()
 _native_dropout = flow._C.dropout  # (``stochastic_ops`` routes the public name to the layers)

@@ -221,10 +221,6 @@ def unroute_stochastic_ops():
     oneflow_draws.set_router(None)
 
 
-def routed():
-    return oneflow_draws._router is route
-
-
 # ---- watched models -----------------------------------------------------------------------------
 
 def _enter(model, inputs):
