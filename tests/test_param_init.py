@@ -237,6 +237,8 @@ FOLLOWING = [
     ("cast", lambda w: w.double(), lambda w: w.double()),
     ("keyword_tensors", lambda w: flow.mul(w, other=w).masked_fill(mask=flow.eye(4, 6).bool(), value=0.0),
      lambda w: (w * w).masked_fill(flow.eye(4, 6).bool(), 0.0)),
+    ("masked_by_itself", lambda w: w.masked_fill(mask=w > 0, value=0.0) + flow.where(flow.lt(w, -0.5), w, 0.0),
+     lambda w: w.masked_fill(w > 0, 0.0) + flow.where(w < -0.5, w, 0.0)),
 ]
 
 

@@ -23,13 +23,15 @@ EXACT_METHODS = (
     "mul", "div", "add", "sub", "neg", "negative", "abs", "clamp", "clip", "clamp_min", "clamp_max", "pow",
     "square", "sqrt", "rsqrt", "reciprocal", "exp", "log", "erf", "erfinv", "sign", "sin", "cos", "tanh",
     "sigmoid", "relu", "floor", "ceil", "round", "trunc", "masked_fill", "where",
+    "__gt__", "__ge__", "__lt__", "__le__", "__eq__", "__ne__", "gt", "ge", "lt", "le", "eq", "ne",
     "float", "double", "half", "bfloat16", "type_as", "cast")
 # The same for functions of ``flow`` / ``flow._C`` (both names are patched where they exist).
 EXACT_FUNCTIONS = (
     "cat", "concat", "stack", "hstack", "vstack", "reshape", "view", "transpose", "permute", "flatten", "narrow",
     "split", "chunk", "unbind", "squeeze", "unsqueeze", "expand", "tile", "repeat", "flip", "roll", "tril", "triu",
     "mul", "add", "sub", "div", "neg", "negative", "abs", "clamp", "clip", "pow", "sqrt", "rsqrt", "exp", "log",
-    "erf", "erfinv", "sign", "tanh", "sigmoid", "relu", "where", "masked_fill", "cast", "tensor", "as_tensor")
+    "erf", "erfinv", "sign", "tanh", "sigmoid", "relu", "where", "masked_fill", "cast", "tensor", "as_tensor",
+    "gt", "ge", "lt", "le", "eq", "ne")
 # Watched so that their results never pass for constants; refused where they reach the model.
 REFUSED_METHODS = (
     "__matmul__", "__rmatmul__", "matmul", "mm", "bmm", "mv", "dot", "addmm", "sum", "mean", "std", "var",
