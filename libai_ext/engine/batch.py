@@ -240,11 +240,8 @@ def placeholder(spec):
     a dataset that yields CUDA tensors gets CUDA placeholders, so every rank hands ``to_global``
     the same kind of tensor.
     """
-    return flow.zeros(spec["shape"], dtype=_dtype(spec["dtype"]), device=spec["device"])
-
-
-def _dtype(name):
-    return getattr(flow, name.rsplit(".", 1)[-1])
+    dtype = getattr(flow, spec["dtype"].rsplit(".", 1)[-1])  # "oneflow.float32" -> flow.float32
+    return flow.zeros(spec["shape"], dtype=dtype, device=spec["device"])
 
 
 def broadcast_from_rank0(value):

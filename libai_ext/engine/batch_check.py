@@ -52,15 +52,11 @@ def all_gather_local(tensor):
     return gathered.to_local().numpy()
 
 
-def batches_from_stage0(trainer_cls, line=None):
-    """Whether ``trainer_cls.get_batch`` takes every field from stage 0."""
-    return issubclass(trainer_cls, ConsistentBatchTrainer) or (line or libai_line()).STOCK_BATCH_FROM_STAGE0
-
-
-def source_ranks(trainer_cls, line=None):
+def source_ranks(trainer_cls):
     """{data-parallel index: ranks whose local batches end up in that group's global batch}."""
     groups = {}
-    from_stage0 = batches_from_stage0(trainer_cls, line)
+    # whether trainer_cls.get_batch takes every field from stage 0
+    from_stage0 = issubclass(trainer_cls, ConsistentBatchTrainer) or libai_line().STOCK_BATCH_FROM_STAGE0
     for rank in range(dist.get_world_size()):
         stage, dp_index, tp_index = layout_coordinates(rank)
         if from_stage0 and (stage, tp_index) != (0, 0):

@@ -163,16 +163,12 @@ def current_step():
     return step
 
 
-def _is_stock_flowvision_mixup(mixup_func):
-    return isinstance(mixup_func, Mixup) and all(
-        getattr(type(mixup_func), name) is getattr(Mixup, name) for name in _FLOWVISION_METHODS)
-
-
 class GlobalMixup:
     """A flowvision batch ``Mixup``'s options, applied to global tensors with keyed draws."""
 
     def __init__(self, mixup_func):
-        if not _is_stock_flowvision_mixup(mixup_func):
+        if not isinstance(mixup_func, Mixup) or any(
+                getattr(type(mixup_func), name) is not getattr(Mixup, name) for name in _FLOWVISION_METHODS):
             raise TypeError(
                 f"{MIXUP_KEY} is a {type(mixup_func).__name__}: train.randomness='layout_invariant' mixes the "
                 "global batch and reproduces flowvision.data.Mixup's options only (a subclass overriding its "

@@ -194,7 +194,7 @@ class GlobalOrderBatchSampler(Sampler):
     def batch_at(self, position):
         """This rank's ``EpochBatch`` at ``position``, from ``position.epoch``'s order (the last epoch's is kept)."""
         if self._order is None or self._order[0] != position.epoch:
-            order = epoch_order(self.seed, position.epoch, self.data_size) if self.shuffle else _unshuffled
+            order = epoch_order(self.seed, position.epoch, self.data_size) if self.shuffle else np.asarray
             self._order = (position.epoch, order)
         indices = self._order[1](position.step_start + self.step_positions(position.batch))
         return EpochBatch(indices.tolist(), *self.batch_position(position)[:4])
@@ -219,10 +219,6 @@ class GlobalOrderBatchSampler(Sampler):
 
     def __len__(self):
         return self.data_size
-
-
-def _unshuffled(positions):
-    return np.asarray(positions, dtype=np.int64)
 
 
 def _check_layout(micro_batch_size, data_parallel_rank, data_parallel_size, consumed_samples, accumulation):
