@@ -174,3 +174,24 @@ def test_libai_bert_dataset_is_keyed_already_and_not_refused(bert_dataset):
     direct = trivial_batch_collator([bert_dataset[i] for i in indices])
     for field in ("input_ids", "lm_labels", "ns_labels"):
         assert np.array_equal(batch.get(field).tensor.numpy(), direct.get(field).tensor.numpy()), field
+
+
+def test_sample_seeds_are_what_seed_streams_and_a_keyed_read_set():
+    from libai_ext.random import sample_seeds, seed_streams
+
+    python_seed, numpy_seed, oneflow_seed = sample_seeds(7, 2, 11)
+    seed_streams(7, 2, 11)
+    streams = random.random(), np.random.random(), flow.rand(1).item()
+    random.seed(python_seed)
+    np.random.seed(numpy_seed)
+    flow.manual_seed(oneflow_seed)
+    assert (random.random(), np.random.random(), flow.rand(1).item()) == streams
+
+    class Draws(Dataset):
+        def __getitem__(self, index):
+            return random.random(), np.random.random(), flow.rand(1).item()
+
+        def __len__(self):
+            return 20
+
+    assert KeyedAugmentation(Draws(), 7)[EpochBatch([11], epoch=2)] == [streams]

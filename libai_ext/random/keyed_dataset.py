@@ -17,11 +17,11 @@ name, and on the batches the check is due on one sample is read again after ever
 
 Seeds and streams (``seed_streams``, ``keyed_streams``, ``owned_generator_seed``, a batch's ``collate_fn``
 seeds): python ``random``, numpy's global stream and OneFlow's CPU generator, all three of which flowvision
-0.1.0's transforms draw from.  ``draws_in_call_order``: on local rank ``r > 0`` OneFlow's factory ops run on ``cpu:r`` and
-``flow.empty`` on ``cpu:0``, two streams sharing one generator (docs/upstream-bugs.md §30), so each keyed draw
-first waits for the rank's queued work and draws read the generator in the order Python calls them, as on 1 rank.
-OneFlow 0.9.0's saved CPU generator state omits the position within its 624-word block, so the caller's OneFlow
-stream resumes from a block boundary (``rng_state``); python's and numpy's resume exactly.
+0.1.0's transforms draw from.  ``draws_in_call_order``: on local rank ``r > 0`` OneFlow's factory ops run on
+``cpu:r`` and ``flow.empty`` on ``cpu:0``, two streams sharing one generator (docs/upstream-bugs.md §30), so each
+keyed draw first waits for the rank's queued work and draws read the generator in the order Python calls them, as
+on 1 rank.  OneFlow 0.9.0's saved CPU generator state omits the position within its 624-word block, so the caller's
+OneFlow stream resumes from a block boundary (``rng_state``); python's and numpy's resume exactly.
 """
 import contextlib
 import logging
