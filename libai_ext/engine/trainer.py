@@ -17,11 +17,11 @@ from ..lifetime.preemption import evaluate_interruptibly, preemptible
 from ..lifetime.startup import start_rank
 from ..random import DEFAULT_RANDOMNESS, preserved_rng_state
 from ..random.draws import current_step, drawing_step
+from .batch import Stage0OnlyLoader, consistent_batch, stage0_only_loading
 from .global_loader import layout_invariant, order_train_loaders, use_global_test_order, wants_global_order
 from .graph import check_graph_config, feed_step, log_mask_path
 from .model_work import check_trained, model_work, wrap_build_model
 from .hooks import RawLossWriter
-from .batch import Stage0OnlyLoader, consistent_batch, stage0_only_loading
 from .step_batches import StepBatchLoader
 from .step_schedule import per_optimizer_step, step_scheduler
 
@@ -212,10 +212,12 @@ class ConsistentBatchTrainer(DefaultTrainer):
     if detect.get_batch_takes_device():
         @classmethod
         def get_batch(cls, data, input_placement_device=None, mixup_func=None):
+            """Every field global on stage 0 first, then on its own stage (LiBai main's arguments)."""
             return consistent_batch(data, mixup_func, input_placement_device, current_step())
     else:
         @classmethod
         def get_batch(cls, data, mixup_func=None):
+            """Every field global on stage 0 first, then on its own stage (LiBai 0.1.1's arguments)."""
             return consistent_batch(data, mixup_func, None, current_step())
 
     @classmethod
