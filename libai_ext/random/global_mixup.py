@@ -201,8 +201,8 @@ class GlobalMixup:
         classes = flow.arange(options.num_classes, dtype=labels.dtype, placement=labels.placement,
                               sbp=[flow.sbp.broadcast] * len(labels.sbp)).unsqueeze(0)
         own = flow.where(labels.unsqueeze(1) == classes, on, off)
-        partners = flow.where(flow.flip(labels, [0]).unsqueeze(1) == classes, on, off)
-        return images, own * draw.lam + partners * (1.0 - draw.lam)
+        flipped = flow.where(flow.flip(labels, [0]).unsqueeze(1) == classes, on, off)
+        return images, own * draw.lam + flipped * (1.0 - draw.lam)
 
 
 def _box_mask(images, box):
